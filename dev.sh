@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The project's two commands. Each one installs what it needs into .venv first.
+#   ./dev.sh demo   run the main job (for now: the embedded Kubernetes API server, with example objects)
+#   ./dev.sh test   run the whole test suite: lint, type checks, layering contract, tests
+set -euo pipefail
+cd "$(dirname "$0")"
+
+pick_python() {
+  for py in "${PYTHON:-}" python3.11 python3 python; do
+    [ -n "$py" ] || continue
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      echo "$py"; return 0
+    fi
+  done
+  echo "gangscale needs Python >= 3.11 (set PYTHON=/path/to/python3.11)" >&2
+  return 1
+}
+
+# Install (or refresh) .venv when it is missing or pyproject.toml changed since the last install.
+ensure_venv() {
+  local extra="$1" stamp=".venv/.installed-$1"
+  local want; want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+  if [ ! -x .venv/bin/python ]; then
+    "$(pick_python)" -m venv .venv
+  fi
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    if [ "$extra" = "dev" ]; then
+      .venv/bin/python -m pip install --quiet -e ".[dev]"
+    else
+      .venv/bin/python -m pip install --quiet -e .
+    fi
+    echo "$want" > "$stamp"
+  fi
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+  demo)
+    ensure_venv runtime
+    exec .venv/bin/gangscale sim apiserver --example "$@"
+    ;;
+  test)
+    ensure_venv dev
+    export PATH="$PWD/.venv/bin:$PATH"
+    echo "== ruff";          ruff check gangscale tests hack
+    echo "== mypy";          mypy
+    echo "== import-linter"; lint-imports
+    echo "== pytest";        pytest -q "$@"
+    ;;
+  *)
+    echo "usage: ./dev.sh demo | ./dev.sh test [pytest args]" >&2
+    exit 2
+    ;;
+esac

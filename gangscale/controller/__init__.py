@@ -1,0 +1,1 @@
+"""The async loop: batch, order, actuate, write conditions, bookings, scale-down."""

@@ -1,0 +1,40 @@
+"""Client factory: an ``ApiClient`` from a kubeconfig file or from the in-cluster service account.
+
+Order, as kubectl and client-go resolve it: an explicit ``--kubeconfig`` path, then ``$KUBECONFIG``,
+then in-cluster configuration (``KUBERNETES_SERVICE_HOST`` and the mounted token), then
+``~/.kube/config``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubernetes_asyncio import config as kconfig
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from gangscale.kube.transport import KubeHTTP
+
+
+async def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> Configuration:
+    cfg = Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        await kconfig.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+        return cfg
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return cfg
+    default = Path.home() / ".kube" / "config"
+    if default.exists():
+        await kconfig.load_kube_config(config_file=str(default), context=context, client_configuration=cfg)
+        return cfg
+    raise RuntimeError("no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in a cluster")
+
+
+async def make_http(kubeconfig: str | None = None, context: str | None = None,
+                    user_agent: str = "gangscale") -> KubeHTTP:
+    cfg = await load_configuration(kubeconfig, context)
+    api = ApiClient(configuration=cfg)
+    api.user_agent = user_agent
+    return KubeHTTP(api)

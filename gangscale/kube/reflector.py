@@ -1,0 +1,209 @@
+"""List-then-watch cache of one resource (a client-go Reflector + Store, in asyncio).
+
+The loop, and why each step is there:
+
+1. LIST (paged) and replace the cache; the list's ``metadata.resourceVersion`` is where the watch starts.
+   Differences against the previous cache are emitted as events, so a re-list after a gap reports
+   objects that were deleted meanwhile as ``DELETED`` — kubernetes_asyncio's ``Watch`` and lightkube
+   re-watch without re-listing and lose those.
+2. ``synced`` is set after the first complete list: nothing may be decided on a partial view.
+3. WATCH from that resourceVersion with ``allowWatchBookmarks`` and a jittered ``timeoutSeconds``;
+   each event (bookmarks too) advances the resourceVersion. When the server ends the stream, or the
+   connection drops, the watch resumes from the last resourceVersion without a list.
+4. ``ERROR`` 410 (``Expired``) on the stream, or a 410 answer: the resourceVersion is too old — back to 1.
+   Unlike kubernetes_asyncio (which retries once with the same stale resourceVersion) or kr8s (which
+   loops on it), a 410 always leads to a fresh list.
+5. 429 and 5xx answers and connection errors back off with jitter, honouring ``Retry-After``; a watch
+   that ends at once without any event also backs off, so a misbehaving server cannot make us spin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gangscale.kube.backoff import Backoff
+from gangscale.kube.errors import ApiError, WatchExpired
+from gangscale.kube.transport import KubeHTTP, Resource
+
+JSON = dict[str, Any]
+Key = tuple[str, str]
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ReflectorEvent:
+    type: str  # ADDED | MODIFIED | DELETED
+    obj: JSON
+    old: JSON | None = None
+
+
+def object_key(obj: JSON) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace", "") or "", meta.get("name", ""))
+
+
+class Reflector:
+    def __init__(self, http: KubeHTTP, resource: Resource, *, namespace: str | None = None,
+                 label_selector: str | None = None, field_selector: str | None = None,
+                 watch_timeout: float = 300.0, page_size: int = 500, backoff: Backoff | None = None,
+                 sleep: Sleep = asyncio.sleep, rng: random.Random | None = None) -> None:
+        self.http = http
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.watch_timeout = watch_timeout
+        self.page_size = page_size
+        self.backoff = backoff or Backoff()
+        self.rng = rng or random.Random()
+        self._sleep = sleep
+        self.cache: dict[Key, JSON] = {}
+        self.resource_version = ""
+        self.synced = asyncio.Event()
+        self.lists = 0
+        self.watches = 0
+        self._subscribers: list[asyncio.Queue[ReflectorEvent]] = []
+        self._handlers: list[Callable[[ReflectorEvent], None]] = []
+
+    # --- consumers -----------------------------------------------------------------------------------
+
+    def subscribe(self) -> asyncio.Queue[ReflectorEvent]:
+        q: asyncio.Queue[ReflectorEvent] = asyncio.Queue()
+        self._subscribers.append(q)
+        return q
+
+    def add_handler(self, handler: Callable[[ReflectorEvent], None]) -> None:
+        self._handlers.append(handler)
+
+    def get(self, namespace: str, name: str) -> JSON | None:
+        return self.cache.get((namespace, name))
+
+    def items(self) -> list[JSON]:
+        return [self.cache[k] for k in sorted(self.cache)]
+
+    def _emit(self, ev: ReflectorEvent) -> None:
+        for q in self._subscribers:
+            q.put_nowait(ev)
+        for h in self._handlers:
+            try:
+                h(ev)
+            except Exception:
+                log.exception("reflector %s: event handler failed", self.resource.plural)
+
+    # --- the loop ------------------------------------------------------------------------------------
+
+    def _selectors(self) -> dict[str, Any]:
+        return {"labelSelector": self.label_selector, "fieldSelector": self.field_selector}
+
+    async def run(self, *, iterations: int | None = None) -> None:
+        """List and watch until cancelled (or for ``iterations`` list+watch rounds, for tests)."""
+        done = 0
+        while iterations is None or done < iterations:
+            done += 1
+            try:
+                await self._list()
+                await self._watch_until_expired()
+            except WatchExpired:
+                log.info("reflector %s: resourceVersion %s expired, re-listing",
+                         self.resource.plural, self.resource_version)
+            except ApiError as exc:
+                if exc.gone:
+                    continue
+                delay = self.backoff.next(exc.retry_after)
+                log.warning("reflector %s: %s; retrying in %.2fs", self.resource.plural, exc, delay)
+                await self._sleep(delay)
+
+    async def _list(self) -> None:
+        items: list[JSON] = []
+        token: str | None = None
+        while True:
+            page = await self.http.request("GET", self.resource.path(self.namespace), query={
+                **self._selectors(), "limit": self.page_size, "continue": token})
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                rv = str(meta.get("resourceVersion", ""))
+                break
+        self.lists += 1
+        self._replace(items, rv)
+        self.backoff.reset()
+        self.synced.set()
+
+    def _replace(self, items: list[JSON], rv: str) -> None:
+        fresh = {object_key(o): o for o in items}
+        for key in sorted(set(self.cache) - set(fresh)):
+            self._emit(ReflectorEvent("DELETED", self.cache.pop(key)))
+        for key, obj in sorted(fresh.items()):
+            old = self.cache.get(key)
+            self.cache[key] = obj
+            if old is None:
+                self._emit(ReflectorEvent("ADDED", obj))
+            elif _rv(old) != _rv(obj):
+                self._emit(ReflectorEvent("MODIFIED", obj, old))
+        self.resource_version = rv
+
+    async def _watch_until_expired(self) -> None:
+        """Watch, resuming after clean ends and dropped connections; returns never, raises to re-list."""
+        while True:
+            timeout = self.watch_timeout * (1.0 + self.rng.random())
+            got_event = False
+            self.watches += 1
+            try:
+                async for event in self.http.stream(self.resource.path(self.namespace), {
+                        **self._selectors(), "resourceVersion": self.resource_version,
+                        "allowWatchBookmarks": True, "timeoutSeconds": int(timeout)},
+                        timeout=timeout + 30.0):
+                    got_event = True
+                    self._handle(event)
+            except ApiError as exc:
+                if exc.gone:
+                    raise WatchExpired() from exc
+                if exc.status != 0:
+                    raise
+                log.info("reflector %s: watch connection lost (%s), resuming from %s",
+                         self.resource.plural, exc.message, self.resource_version)
+                await self._sleep(self.backoff.next())
+                continue
+            if got_event:
+                self.backoff.reset()
+            else:
+                # Nothing at all before the server closed: do not hammer it.
+                await self._sleep(self.backoff.next())
+
+    def _handle(self, event: JSON) -> None:
+        etype = event.get("type")
+        obj = event.get("object") or {}
+        if etype == "ERROR":
+            code = int(obj.get("code", 0) or 0)
+            if code == 410:
+                raise WatchExpired()
+            raise ApiError(code or 500, str(obj.get("reason", "")), str(obj.get("message", "")), obj)
+        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if etype == "BOOKMARK":
+            self.resource_version = rv or self.resource_version
+            return
+        key = object_key(obj)
+        old = self.cache.get(key)
+        if etype == "DELETED":
+            self.cache.pop(key, None)
+            self._emit(ReflectorEvent("DELETED", obj, old))
+        elif etype in ("ADDED", "MODIFIED"):
+            self.cache[key] = obj
+            self._emit(ReflectorEvent("MODIFIED" if old is not None else "ADDED", obj, old))
+        else:
+            log.warning("reflector %s: unknown watch event type %r", self.resource.plural, etype)
+            return
+        if rv:
+            self.resource_version = rv
+
+
+def _rv(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))

@@ -1,0 +1,1 @@
+"""Metrics, health and debug HTTP server, structured logging."""

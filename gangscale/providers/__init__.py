@@ -1,0 +1,1 @@
+"""Node pool providers behind one small async interface: ``simulated`` and ``gke``."""

@@ -1,0 +1,58 @@
+"""An in-memory Kubernetes API server that speaks the real HTTP protocol.
+
+``EmbeddedAPIServer`` serves on 127.0.0.1 (a random port by default) so that production client code —
+kubernetes_asyncio, our reflector, kubectl — runs against it unmodified. It is used in-process by the
+tests and the demo, and standalone through ``gangscale sim apiserver``.
+
+What it reproduces of a real kube-apiserver (v1.36), module by module:
+
+- ``resources`` / ``builtin``: core v1 pods, nodes, podtemplates, events, namespaces;
+  events.k8s.io/v1 events (same storage as core events, converted field by field);
+  coordination.k8s.io/v1 leases; apiextensions.k8s.io/v1 customresourcedefinitions; and, installed as
+  CRDs at start, autoscaling.x-k8s.io v1/v1beta1 provisioningrequests, kueue.x-k8s.io v1beta2/v1beta1
+  workloads, admissionchecks, provisioningrequestconfigs, clusterqueues, localqueues, resourceflavors,
+  workloadpriorityclasses, ray.io/v1 rayclusters and rayjobs. Creating a CRD serves its resource at once;
+  deleting it removes the resource and all its objects.
+- ``discovery``: ``/version``, legacy discovery documents, OpenAPI v3 (paths + CRD schemas).
+- ``api`` / ``strategies``: uid, one global monotonic resourceVersion, creationTimestamp, generateName,
+  generation (custom resources, CRDs, pods) bumped only by spec changes; create 201, get, list (with the
+  list resourceVersion, limit/continue), update with resourceVersion precondition (409), merge / JSON /
+  strategic merge patch (strategic only for built-in kinds, 415 for custom resources, as upstream),
+  server-side apply with managedFields and conflicts, delete with finalizers and deletionTimestamp,
+  deletecollection, ``dryRun=All``, ``fieldValidation``; the status subresource split; per-kind defaults.
+- ``validation`` / ``schemas``: structural-schema validation of custom resources (422 Invalid with field
+  causes), CEL immutability rules ``self == oldSelf``; object metadata validation.
+- ``selectors``: label selectors (=, ==, !=, in, notin, exists, !exists) and the field selectors each kind
+  supports (400 for an unsupported field).
+- ``watching``: watch from a resourceVersion, synthetic ADDED on RV 0/unset, filtered-watch
+  ADDED/DELETED transitions, BOOKMARK, timeoutSeconds, 410 Expired past the retained window.
+- ``tables``: server-side printing for ``kubectl get``.
+- ``controllers``: garbage collection, namespace termination, node not-ready taint removal — the
+  kube-controller-manager's jobs, run next to the server as in a real cluster.
+- ``faults``: injected status codes / latency / Retry-After, dropped watch streams, forced 410s, a
+  request log, an "API server down" switch.
+
+What it does NOT reproduce (known gaps):
+
+- Authentication, authorization (RBAC), admission webhooks, API priority and fairness, audit.
+- Protobuf and CBOR encodings (JSON only; a request that accepts only protobuf gets 406); aggregated
+  discovery (clients fall back to the legacy documents); OpenAPI v2 definitions.
+- List/watch consistency details: ``resourceVersionMatch=Exact`` and ``continue`` pages read the latest
+  state, not a snapshot at the first page's revision; a watch from a resourceVersion newer than the
+  current one starts at once instead of waiting for the cache to catch up.
+- Graceful pod deletion: there is no kubelet, so a pod is removed at once (as with
+  ``--grace-period=0``); the pod ``eviction`` and ``ephemeralcontainers`` subresources are not served.
+- Conversion webhooks: every multi-version custom resource converts as ``strategy: None`` (only
+  ``apiVersion`` changes), which is exact for ProvisioningRequest v1/v1beta1 but not for Kueue
+  v1beta1/v1beta2, whose field names differ upstream.
+- CEL validation rules other than ``self == oldSelf``; built-in kinds are not validated against their
+  full schemas (only metadata and the per-kind rules in ``strategies``), so unknown fields of built-in
+  kinds are kept, not rejected.
+- Client-supplied ``managedFields`` on update are ignored (the server recomputes them).
+- Event and Lease validation beyond metadata.
+"""
+
+from gangscale.sim.apiserver.faults import Fault, LoggedRequest
+from gangscale.sim.apiserver.server import EmbeddedAPIServer
+
+__all__ = ["EmbeddedAPIServer", "Fault", "LoggedRequest"]

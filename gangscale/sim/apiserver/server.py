@@ -1,0 +1,483 @@
+"""The HTTP face of the embedded API server: routing, query parameters, responses, watch streams.
+
+See the package docstring (``gangscale.sim.apiserver``) for what is and is not emulated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from gangscale.sim.apiserver import discovery, selectors
+from gangscale.sim.apiserver import errors as E
+from gangscale.sim.apiserver.api import DeleteOptions, ObjectAPI, WriteContext
+from gangscale.sim.apiserver.builtin import install_builtins
+from gangscale.sim.apiserver.controllers import ControllerManager
+from gangscale.sim.apiserver.errors import StatusError
+from gangscale.sim.apiserver.faults import Fault, Faults, LoggedRequest
+from gangscale.sim.apiserver.resources import Registry, ResourceType, storage_key
+from gangscale.sim.apiserver.store import DEFAULT_WINDOW, Store, TooOldResourceVersion
+from gangscale.sim.apiserver.tables import to_table, wants_table
+from gangscale.sim.apiserver.watching import WatchRequest, bookmark, open_watch
+
+JSON = dict[str, Any]
+DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+@dataclass(frozen=True)
+class Target:
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    sub: str | None
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=json.dumps(body).encode(), status=status, content_type="application/json",
+                        headers=headers)
+
+
+def _status_response(err: StatusError) -> web.Response:
+    headers = {}
+    if err.retry_after_seconds is not None:
+        headers["Retry-After"] = str(err.retry_after_seconds)
+    return _json(err.to_json(), err.code, headers)
+
+
+def _not_found_path() -> StatusError:
+    return StatusError(404, "NotFound", "the server could not find the requested resource")
+
+
+def _manager(request: web.Request) -> tuple[str, bool]:
+    explicit = request.query.get("fieldManager")
+    if explicit:
+        return explicit[:128], True
+    agent = request.headers.get("User-Agent", "unknown")
+    return agent.split("/", 1)[0][:128], False
+
+
+class EmbeddedAPIServer:
+    """An in-memory kube-apiserver on 127.0.0.1 that speaks the real HTTP protocol."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
+                 clock: Callable[[], datetime] | None = None, watch_window: int = DEFAULT_WINDOW,
+                 bookmark_interval: float = 60.0, seed: int | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.store = Store(window=watch_window)
+        self.registry = Registry()
+        self.api = ObjectAPI(self.store, self.registry, self.clock, rng=random.Random(seed))
+        self.faults = Faults()
+        self.requests: list[LoggedRequest] = []
+        self.bookmark_interval = bookmark_interval
+        self.controllers = ControllerManager(self.api)
+        install_builtins(self.api)
+        self._runner: web.AppRunner | None = None
+        self._streams: set[web.StreamResponse] = set()
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+        self.controllers.start()
+
+    async def stop(self) -> None:
+        await self.controllers.stop()
+        self.store.close_all_watchers()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> EmbeddedAPIServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def kubeconfig_dict(self, context: str = "gangscale-sim") -> JSON:
+        return {
+            "apiVersion": "v1", "kind": "Config", "current-context": context, "preferences": {},
+            "clusters": [{"name": context, "cluster": {"server": self.url}}],
+            "users": [{"name": context, "user": {"token": "gangscale-sim"}}],
+            "contexts": [{"name": context, "context": {"cluster": context, "user": context,
+                                                        "namespace": "default"}}],
+        }
+
+    def write_kubeconfig(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(yaml.safe_dump(self.kubeconfig_dict(), sort_keys=False))
+        return p
+
+    # --- knobs for tests -----------------------------------------------------------------------------
+
+    def inject(self, fault: Fault | None = None, /, **kw: Any) -> Fault:
+        return self.faults.inject(fault, **kw)
+
+    def set_watch_window(self, window: int) -> None:
+        self.store.set_window(window)
+
+    def compact(self) -> None:
+        """Forget all retained watch events: every watch from an older resourceVersion gets 410."""
+        self.store.compact()
+
+    # --- routing -------------------------------------------------------------------------------------
+
+    def _resolve(self, path: str) -> Target | str | None:
+        """A resource target, a discovery keyword, or None for an unknown path."""
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            return "root"
+        if parts[0] == "api":
+            if len(parts) == 1:
+                return "api"
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[0] == "apis":
+            if len(parts) <= 2:
+                return "apis" if len(parts) == 1 else "group"
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        if not rest:
+            return "resources"
+        ns: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+            ns, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            return None
+        rt = self.registry.lookup(group, version, rest[0])
+        if rt is None:
+            return None
+        if ns is not None and not rt.namespaced:
+            return None
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if sub is not None and not ((sub == "status" and rt.status_subresource) or
+                                    (sub == "binding" and rt.kind == "Pod" and not rt.group)):
+            return None
+        return Target(rt, ns, name, sub)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        log_entry: dict[str, Any] = {}
+        try:
+            return await self._dispatch(request, log_entry)
+        except StatusError as err:
+            log_entry["status"] = err.code
+            return _status_response(err)
+        finally:
+            self._log(request, log_entry)
+
+    def _log(self, request: web.Request, entry: dict[str, Any]) -> None:
+        self.requests.append(LoggedRequest(
+            time=self.clock(), method=request.method, path=request.path, query=dict(request.query),
+            verb=entry.get("verb", ""), group=entry.get("group", ""), resource=entry.get("resource", ""),
+            namespace=entry.get("namespace", ""), name=entry.get("name", ""), subresource=entry.get("sub"),
+            content_type=request.headers.get("Content-Type", ""),
+            user_agent=request.headers.get("User-Agent", ""), status=entry.get("status", 0)))
+
+    async def _dispatch(self, request: web.Request, log_entry: dict[str, Any]) -> web.StreamResponse:
+        if self.faults.down:
+            raise StatusError(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+        target = self._resolve(request.path)
+        if isinstance(target, str) or target is None:
+            resp = self._serve_meta(request, target)
+            log_entry["status"] = resp.status
+            return resp
+        verb = _verb(request, target)
+        log_entry.update(verb=verb, group=target.rt.group, resource=target.rt.plural,
+                         namespace=target.namespace or "", name=target.name or "", sub=target.sub)
+        fault = self.faults.take(verb, target.rt.group, target.rt.plural, target.namespace or "",
+                                 target.name or "", target.sub)
+        if fault is not None:
+            if fault.latency:
+                await asyncio.sleep(fault.latency)
+            if fault.status is not None:
+                raise StatusError(fault.status, fault.reason,
+                                  fault.message or f"injected failure ({fault.status})",
+                                  retry_after_seconds=fault.retry_after)
+        if verb == "watch":
+            return await self._watch(request, target, fault)
+        resp = await self._serve_resource(request, target, verb)
+        log_entry["status"] = resp.status
+        return resp
+
+    def _serve_meta(self, request: web.Request, what: str | None) -> web.Response:
+        path = request.path.rstrip("/")
+        if request.method != "GET":
+            raise _not_found_path()
+        if path == "/version":
+            return _json(discovery.KUBE_VERSION)
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        if path == "/openapi/v3":
+            return _json(discovery.openapi_v3_index(self.registry))
+        if path.startswith("/openapi/v3/"):
+            gv = path[len("/openapi/v3/"):].split("/")
+            group, version = ("", gv[1]) if gv[0] == "api" and len(gv) == 2 else (
+                (gv[1], gv[2]) if gv[0] == "apis" and len(gv) == 3 else ("?", "?"))
+            if not any(t.group == group and t.version == version for t in self.registry.types()):
+                raise _not_found_path()
+            return _json(discovery.openapi_v3_document(self.registry, group, version))
+        if path == "/openapi/v2":
+            return _json(discovery.openapi_v2_document())
+        if what == "api":
+            return _json(discovery.api_versions(f"{self.host}:{self.port}"))
+        if what == "apis":
+            return _json(discovery.api_group_list(self.registry))
+        parts = [p for p in path.split("/") if p]
+        if what == "group":
+            doc = discovery.api_group(self.registry, parts[1])
+        elif what == "resources":
+            doc = discovery.api_resource_list(self.registry, "" if parts[0] == "api" else parts[1], parts[-1])
+        else:
+            doc = None
+        if doc is None:
+            raise _not_found_path()
+        return _json(doc)
+
+    # --- resources -----------------------------------------------------------------------------------
+
+    def _context(self, request: web.Request) -> WriteContext:
+        manager, explicit = _manager(request)
+        dry = request.query.getall("dryRun", [])
+        if any(d != "All" for d in dry):
+            raise E.bad_request(f"Invalid dry run value: {dry}")  # real: only "All" is accepted
+        # Requests that do not say get the server default, Warn.
+        fv = request.query.get("fieldValidation", "Warn")
+        if fv not in ("Strict", "Warn", "Ignore"):
+            raise E.bad_request(f"fieldValidation {fv!r} is invalid: must be one of Ignore, Warn, or Strict")
+        return WriteContext(manager=manager, manager_explicit=explicit, dry_run=bool(dry), field_validation=fv)
+
+    def _matcher(self, request: web.Request, rt: ResourceType) -> Callable[[JSON], bool]:
+        label_sel = selectors.parse_label_selector(request.query.get("labelSelector", ""))
+        field_sel = selectors.parse_field_selector(request.query.get("fieldSelector", ""))
+        field_sel = selectors.check_field_selector(field_sel, rt.kind if not rt.custom else "",
+                                                   rt.selectable_fields, namespaced=rt.namespaced)
+
+        def matches(obj: JSON) -> bool:
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if not label_sel.matches(labels):
+                return False
+            if field_sel.empty():
+                return True
+            if rt.custom:
+                fields = selectors.field_set_from_jsonpaths(obj, rt.selectable_fields, namespaced=rt.namespaced)
+            else:
+                fields = selectors.field_set(rt.kind, obj, namespaced=rt.namespaced)
+            return field_sel.matches(fields)
+
+        return matches
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        ctype = request.headers.get("Content-Type", "application/json").split(";")[0].strip()
+        if ctype in ("application/json", "", "*/*"):
+            try:
+                return json.loads(raw or b"null")
+            except ValueError as exc:
+                raise E.bad_request(f"error decoding JSON: {exc}") from exc
+        if ctype in ("application/yaml", "application/x-yaml"):
+            try:
+                return yaml.safe_load(raw)
+            except yaml.YAMLError as exc:
+                raise E.bad_request(f"error decoding YAML: {exc}") from exc
+        raise E.unsupported_media_type("the body of the request was in an unknown format - "
+                                       "accepted media types include: application/json, application/yaml")
+
+    def _respond(self, request: web.Request, rt: ResourceType, body: JSON, status: int,
+                 ctx: WriteContext | None = None) -> web.Response:
+        headers: dict[str, str] = {}
+        warnings = list(ctx.warnings) if ctx else []
+        if rt.deprecated:
+            warnings.insert(0, rt.deprecation_warning or f"{rt.api_version} {rt.kind} is deprecated")
+        if warnings:
+            headers["Warning"] = ", ".join(f'299 - "{w}"' for w in warnings)
+        if wants_table(request.headers.get("Accept", "")) and request.method == "GET":
+            body = to_table(rt, body, self.clock(), list(rt.printer_columns))
+        return _json(body, status, headers)
+
+    async def _serve_resource(self, request: web.Request, t: Target, verb: str) -> web.Response:
+        rt, ns = t.rt, t.namespace or ""
+        if rt.namespaced and t.name is not None and t.namespace is None:
+            raise _not_found_path()
+        if verb == "get":
+            return self._respond(request, rt, self.api.get(rt, ns, t.name or ""), 200)
+        if verb == "list":
+            limit = request.query.get("limit")
+            body = self.api.list_objects(rt, t.namespace, matches=self._matcher(request, rt),
+                                 limit=int(limit) if limit and limit.isdigit() else None,
+                                 continue_token=request.query.get("continue"))
+            return self._respond(request, rt, body, 200)
+        ctx = self._context(request)
+        if verb == "create":
+            if t.sub == "binding":
+                return self._bind(request, t, await self._body(request), ctx)
+            if rt.namespaced and t.namespace is None:
+                raise _not_found_path()
+            return self._respond(request, rt, self.api.create(rt, ns, await self._body(request), ctx), 201, ctx)
+        assert t.name is not None or verb == "deletecollection"
+        if verb == "update":
+            out = self.api.replace(rt, ns, t.name or "", await self._body(request), t.sub, ctx)
+            return self._respond(request, rt, out, 200, ctx)
+        if verb == "patch":
+            ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
+            force = request.query.get("force", "false").lower() == "true"
+            existed = self.api.store.get(storage_key(rt), ns if rt.namespaced else "", t.name or "") is not None
+            out = self.api.patch(rt, ns, t.name or "", ctype, await request.read(), t.sub, ctx, force)
+            return self._respond(request, rt, out, 200 if existed or ctx.dry_run else 201, ctx)
+        if verb == "delete":
+            opts = await self._delete_options(request)
+            obj, _ = self.api.delete(rt, ns, t.name or "", opts, ctx)
+            if rt.returns_deleted_object or obj["metadata"].get("deletionTimestamp"):
+                return self._respond(request, rt, obj, 200, ctx)
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                          "details": {"name": t.name, "group": rt.group, "kind": rt.plural,
+                                      "uid": obj["metadata"].get("uid")}})
+        if verb == "deletecollection":
+            opts = await self._delete_options(request)
+            listing = self.api.list_objects(rt, t.namespace, matches=self._matcher(request, rt))
+            for item in listing["items"]:
+                meta = item["metadata"]
+                with contextlib.suppress(StatusError):
+                    self.api.delete(rt, meta.get("namespace", ""), meta["name"], opts, ctx)
+            return self._respond(request, rt, listing, 200, ctx)
+        raise E.method_not_allowed("the server does not allow this method on the requested resource")
+
+    async def _delete_options(self, request: web.Request) -> DeleteOptions:
+        raw = await request.read()
+        body: JSON = {}
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                raise E.bad_request(f"error decoding DeleteOptions: {exc}") from exc
+        pre = body.get("preconditions") or {}
+        policy = request.query.get("propagationPolicy") or body.get("propagationPolicy") or "Background"
+        if policy not in ("Background", "Foreground", "Orphan"):
+            raise E.bad_request(f"propagationPolicy: Unsupported value: \"{policy}\"")
+        return DeleteOptions(propagation=policy, uid=pre.get("uid"), resource_version=pre.get("resourceVersion"))
+
+    def _bind(self, request: web.Request, t: Target, body: Any, ctx: WriteContext) -> web.Response:
+        """``pods/binding``: set ``spec.nodeName`` once, as the scheduler does through the real server."""
+        rt = t.rt
+        node = ((body or {}).get("target") or {}).get("name", "")
+        if not node:
+            raise E.invalid("Binding", "", t.name or "",
+                            [E.Cause("FieldValueRequired", "Required value", "target.name")])
+        pod = self.api.get(rt, t.namespace or "", t.name or "")
+        current = (pod.get("spec") or {}).get("nodeName")
+        if current:
+            raise E.conflict(rt.plural, rt.group, t.name or "",
+                             f'pod {t.name} is already assigned to node "{current}"')
+        self.api.bind_pod(t.namespace or "", t.name or "", node, ctx)
+        return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+
+    # --- watch ---------------------------------------------------------------------------------------
+
+    async def _watch(self, request: web.Request, t: Target, fault: Fault | None) -> web.StreamResponse:
+        rt = t.rt
+        rv = request.query.get("resourceVersion", "")
+        if rv not in ("", "0") and not rv.isdigit():
+            raise E.bad_request(f'resourceVersion: Invalid value: "{rv}": must be an integer')
+        timeout = float(request.query.get("timeoutSeconds", DEFAULT_WATCH_TIMEOUT) or DEFAULT_WATCH_TIMEOUT)
+        bookmarks = request.query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        send_initial = request.query.get("sendInitialEvents", "").lower() == "true"
+        req = WatchRequest(rt, t.namespace, self._matcher(request, rt), rv, send_initial)
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                        "Transfer-Encoding": "chunked"})
+        await resp.prepare(request)
+        if fault is not None and fault.gone:
+            message = f"too old resource version: {rv or 0} ({self.store.resource_version})"
+            await _send(resp, "ERROR", E.gone(message).to_json())
+            return resp
+        try:
+            watcher, backlog = open_watch(self.store, req)
+        except TooOldResourceVersion as exc:
+            await _send(resp, "ERROR", E.gone(str(exc)).to_json())
+            return resp
+        sent = 0
+        limit = fault.drop_after_events if fault is not None else None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        next_bookmark = loop.time() + self.bookmark_interval
+        self._streams.add(resp)
+        try:
+            pending: list[tuple[str, JSON] | None] = list(backlog)
+            while True:
+                if limit is not None and sent >= limit:
+                    return _drop(request, resp, fault)
+                while pending:
+                    item = pending.pop(0)
+                    if item is None:
+                        return resp
+                    if limit is not None and sent >= limit:
+                        return _drop(request, resp, fault)
+                    if item[0] != "BOOKMARK" or bookmarks:
+                        await _send(resp, *item)
+                        sent += 1
+                now = loop.time()
+                if now >= deadline:
+                    return resp
+                if bookmarks and now >= next_bookmark:
+                    await _send(resp, "BOOKMARK", bookmark(rt, self.store.resource_version))
+                    next_bookmark = now + self.bookmark_interval
+                wait = min(deadline, next_bookmark if bookmarks else deadline) - now
+                try:
+                    item = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.0))
+                except TimeoutError:
+                    continue
+                pending.append(item)
+        except (ConnectionResetError, asyncio.CancelledError):
+            return resp
+        finally:
+            self.store.unsubscribe(watcher)
+            self._streams.discard(resp)
+
+
+def _drop(request: web.Request, resp: web.StreamResponse, fault: Fault | None) -> web.StreamResponse:
+    if fault is not None and fault.abort and request.transport is not None:
+        request.transport.close()
+    return resp
+
+
+async def _send(resp: web.StreamResponse, etype: str, obj: JSON) -> None:
+    await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+
+
+def _verb(request: web.Request, t: Target) -> str:
+    method = request.method
+    if method == "GET":
+        if request.query.get("watch", "").lower() in ("true", "1"):
+            return "watch"
+        return "get" if t.name else "list"
+    if method == "POST":
+        return "create"
+    if method == "PUT":
+        return "update"
+    if method == "PATCH":
+        return "patch"
+    if method == "DELETE":
+        return "delete" if t.name else "deletecollection"
+    raise E.method_not_allowed("the server does not allow this method on the requested resource")

@@ -1,0 +1,324 @@
+"""Structural OpenAPI v3 schema validation of custom resources, as kube-apiserver (1.36) runs it.
+
+Reproduces ``customResourceStrategy.Validate``/``ValidateUpdate`` for a CRD version's schema:
+
+1. kube-openapi's ``SchemaValidator`` (``k8s.io/kube-openapi/pkg/validation/validate``), node by node in
+   its order - type, string (maxLength, then minLength, then pattern: first failure only), format,
+   number (multipleOf, minimum, maximum), array (items first, then minItems, maxItems), enum, object
+   (min/maxProperties stop the object's other checks, then additionalProperties values, properties,
+   required) - with its paths (``spec.podSets[0].count``) and messages, converted by apiextensions'
+   ``kubeOpenAPIResultToFieldErrors``: Required -> ``Required value``; enum -> ``Unsupported value: "x":
+   supported values: "True", "False", "Unknown"``; maxLength -> ``Too long: may not be more than N
+   bytes``; maxItems/maxProperties -> ``Too many: 33: must have at most 32 items``; type and format ->
+   ``Invalid value: "string": spec.x in body must be of type integer: "string"``; everything else ->
+   ``Invalid value: <v>: <path> in body should ...`` (``should have at least 1 items``, ``should match
+   '<re>'``, ``should be greater than or equal to 1``, ``should be at least 1 chars long``). Type quirks
+   kept: a float with an integral value passes ``integer``; a wrong type against an ``int32``/``int64``
+   field reports the format (``must be of type int32: "float64"``); formats are checked only for strings
+   (date-time and date; int32/int64 are not range-checked, as upstream).
+2. ``x-kubernetes-list-type`` ``set``/``map`` uniqueness (``listtype.ValidateListSetsAndMaps``):
+   ``Duplicate value: {"type":"Ready"}`` at the first repeat of each key.
+3. ``x-kubernetes-validations`` transition rules ``self == oldSelf`` only, on update, when both the new and
+   the correlated old value exist (objects by field, maps by key, list-type=map lists by key): ``Invalid
+   value: Value is immutable`` for objects/arrays, ``Invalid value: "new": Value is immutable`` for
+   scalars (1.35+; 1.34 and older printed the type, ``"array"``); no message -> ``failed rule: <rule>``;
+   ``reason``/``fieldPath`` honoured.
+4. Ratcheting (``CRDValidationRatcheting``, GA in 1.33): on update, schema errors inside a value that
+   equals its correlated old value are dropped, and list-type errors are only reported if the old object
+   had none.
+
+Not reproduced: every other CEL rule (ignored), ``default`` (no defaulting), ``allOf``/``anyOf``/
+``oneOf``/``not``, ``uniqueItems``, ``x-kubernetes-map-type``-specific rules, string formats other than
+date-time/date, embedded-resource metadata validation (only the ``apiVersion``/``kind`` presence check),
+ratcheting correlation of set-type lists, and Go's random order of sibling errors (we use schema order).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gangscale.sim.apiserver import fielderrors as fe
+from gangscale.sim.apiserver.fielderrors import FieldError
+from gangscale.sim.apiserver.metavalidation import object_meta_errors, validate_object_meta
+from gangscale.sim.apiserver.pruning import (
+    prune,
+    unknown_field_messages,
+    unknown_fields,
+    unknown_fields_error,
+)
+from gangscale.sim.apiserver.schemarules import (
+    MISSING,
+    deep_equal,
+    list_type_errors,
+    map_list_correlator,
+    transition_rule_errors,
+)
+
+JSON = dict[str, Any]
+Schema = dict[str, Any]
+
+__all__ = ["MISSING", "deep_equal", "list_type_errors", "object_meta_errors", "prune", "schema_errors",
+           "transition_rule_errors", "unknown_field_messages", "unknown_fields", "unknown_fields_error",
+           "validate", "validate_object_meta"]
+
+
+def validate(obj: JSON, schema: Schema, *, old: JSON | None = None, kind: str, group: str, name: str,
+             extra_errors: Sequence[FieldError] = ()) -> None:
+    """Raise the real 422 Invalid with every error found; ``extra_errors`` (e.g. metadata) come first."""
+    errs = [*extra_errors, *schema_errors(obj, schema, old=old)]
+    if errs:
+        raise fe.to_invalid(kind, group, name, errs)
+
+
+def schema_errors(obj: JSON, schema: Schema, *, old: JSON | None = None) -> list[FieldError]:
+    errs: list[FieldError] = []
+    _node(obj, schema, "", MISSING if old is None else old, errs)
+    if old is None or not list_type_errors(old, schema):
+        errs += list_type_errors(obj, schema)
+    if old is not None:
+        errs += transition_rule_errors(obj, old, schema)
+    return errs
+
+
+# --- data helpers ----------------------------------------------------------------------------------------
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _data_type(v: Any) -> tuple[str, str]:
+    """The JSON type and Go format kube-openapi infers from a decoded value."""
+    if v is None:
+        return "null", ""
+    if isinstance(v, bool):
+        return "boolean", ""
+    if isinstance(v, int):
+        return "integer", "int64"
+    if isinstance(v, float):
+        return "number", "float64"
+    if isinstance(v, str):
+        return "string", ""
+    return ("array", "") if isinstance(v, list) else ("object", "")
+
+
+def _types(s: Schema) -> list[str]:
+    if s.get("x-kubernetes-int-or-string"):
+        return ["integer", "string"]
+    return [s["type"]] if s.get("type") else []
+
+
+_STRING_FORMATS = {"bsonobjectid", "uri", "email", "hostname", "ipv4", "ipv6", "cidr", "mac", "uuid", "uuid3",
+                   "uuid4", "uuid5", "isbn", "isbn10", "isbn13", "creditcard", "ssn", "hexcolor", "rgbcolor",
+                   "byte", "password", "date", "duration", "datetime", "quantity", "k8sshortname",
+                   "k8slongname"}
+
+
+def _format(s: Schema) -> str:
+    """``StripUnsupportedFormatsPostProcess``: formats the server does not know are dropped."""
+    fmt = str(s.get("format") or "")
+    types = _types(s)
+    kind = types[0] if len(types) == 1 else ""
+    if kind in ("", "string"):
+        return fmt if fmt.replace("-", "") in _STRING_FORMATS else ""
+    return fmt if (kind, fmt) in {("integer", "int32"), ("integer", "int64"), ("number", "float"),
+                                  ("number", "double")} else ""
+
+
+def _says(path: str, text: str) -> str:
+    """kube-openapi's message shape: the path, where the value was (always the body), what is wrong."""
+    return f"{path} in body {text}"
+
+
+def _field(name: str) -> str:
+    # kube-openapi names start with "." at the root; apiextensions trims one leading dot.
+    return name[1:] if name.startswith(".") else name
+
+
+def _invalid(path: str, value: Any, text: str) -> FieldError:
+    return fe.invalid(_field(path), value, _says(path, text))
+
+
+# --- kube-openapi node validation ------------------------------------------------------------------------
+
+def _node(v: Any, s: Schema, path: str, old: Any, errs: list[FieldError]) -> None:
+    if old is not MISSING and deep_equal(v, old):
+        return  # ratcheting: an unchanged value keeps whatever errors it already had
+    _check_type(v, s, path, errs)
+    if isinstance(v, str):
+        _check_string(v, s, path, errs)
+        _check_format(v, s, path, errs)
+    elif _is_number(v):
+        _check_number(v, s, path, errs)
+    elif isinstance(v, list):
+        _check_array(v, s, path, old, errs)
+    _check_enum(v, s, path, errs)
+    if isinstance(v, dict):
+        _check_object(v, s, path, old, errs)
+
+
+def _type_error(path: str, type_name: str, value: str) -> FieldError:
+    return fe.type_invalid(_field(path), value,
+                           f"{path} in body must be of type {type_name}: {fe.go_quote(value)}")
+
+
+def _check_type(v: Any, s: Schema, path: str, errs: list[FieldError]) -> None:
+    types, fmt = _types(s), _format(s)
+    if not types and not fmt:
+        return
+    if v is None:
+        if types and "null" not in types and not s.get("nullable"):
+            errs.append(_type_error(path, ",".join(types), "null"))
+        return
+    data_type, data_format = _data_type(v)
+    float_int = data_type == "number" and float(v).is_integer() and "integer" in types
+    int_float = data_type == "integer" and "number" in types
+    ok = data_type in types or float_int or int_float
+    str_or_list = isinstance(v, str | list)
+    if fmt and not str_or_list and not (ok or data_format == fmt):
+        errs.append(_type_error(path, fmt, data_format))
+    elif fmt and str_or_list and "number" not in types and "integer" not in types:
+        return  # upstream skips the type check for formatted string schemas given strings or arrays
+    elif not ok:
+        errs.append(_type_error(path, ",".join(types), data_type))
+
+
+@functools.lru_cache(maxsize=512)
+def _go_regex(pattern: str) -> re.Pattern[str] | str:
+    """Compile an RE2 pattern for Python; ``$`` is end-of-text in Go, so it must not match before a final
+    newline. Returns the error text when the pattern does not compile."""
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append("\\Z" if pattern[i + 1] == "z" and not in_class else pattern[i:i + 2])
+            i += 2
+            continue
+        in_class = (in_class and ch != "]") or (not in_class and ch == "[")
+        out.append("\\Z" if ch == "$" and not in_class else ch)
+        i += 1
+    try:
+        return re.compile("".join(out))
+    except re.error as exc:
+        return str(exc)
+
+
+def _check_string(v: str, s: Schema, path: str, errs: list[FieldError]) -> None:
+    if "maxLength" in s and len(v) > s["maxLength"]:
+        errs.append(fe.too_long(_field(path), int(s["maxLength"])))
+    elif "minLength" in s and len(v) < s["minLength"]:
+        errs.append(_invalid(path, v, f"should be at least {s['minLength']} chars long"))
+    elif s.get("pattern"):
+        rx = _go_regex(str(s["pattern"]))
+        if isinstance(rx, str):
+            errs.append(_invalid(path, v, f"should match '{s['pattern']}, but pattern is invalid: {rx}'"))
+        elif not rx.search(v):
+            errs.append(_invalid(path, v, f"should match '{s['pattern']}'"))
+
+
+_TIME_RE = re.compile(r"([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?(z|([+-][0-9]{2}:[0-9]{2}))")
+
+
+def _is_date(s: str) -> bool:
+    try:
+        return bool(re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", s)) and bool(datetime.date.fromisoformat(s))
+    except ValueError:
+        return False
+
+
+def _is_date_time(s: str) -> bool:
+    """go-openapi ``strfmt.IsDateTime``: RFC 3339 date, ``T``, time, fraction, ``Z`` or offset."""
+    parts = s.lower().split("t")
+    if len(s) < 4 or len(parts) < 2 or not _is_date(parts[0]):
+        return False
+    m = _TIME_RE.fullmatch(parts[1])
+    return m is not None and m[1] <= "23" and m[2] <= "59" and m[3] <= "59"
+
+
+_FORMAT_CHECKS: dict[str, Callable[[str], bool]] = {"datetime": _is_date_time, "date": _is_date}
+
+
+def _check_format(v: str, s: Schema, path: str, errs: list[FieldError]) -> None:
+    fmt = _format(s)
+    check = _FORMAT_CHECKS.get(fmt.replace("-", ""))
+    if check is not None and not check(v):
+        errs.append(_type_error(path, fmt, v))
+
+
+def _num_text(bound: Any, v: Any) -> str:
+    # Go compares an int64 value against the bound truncated to int64, a float64 value as float64.
+    return str(int(bound)) if isinstance(v, int) else fe.go_float(float(bound))
+
+
+def _check_number(v: float, s: Schema, path: str, errs: list[FieldError]) -> None:
+    factor = s.get("multipleOf")
+    if factor and (v / factor) != int(v / factor):
+        errs.append(_invalid(path, v, f"should be a multiple of {_num_text(factor, v)}"))
+    lo, hi = s.get("minimum"), s.get("maximum")
+    if lo is not None:
+        bound = int(lo) if isinstance(v, int) else lo
+        excl = bool(s.get("exclusiveMinimum"))
+        if v < bound or (excl and v == bound):
+            word = "greater than" if excl else "greater than or equal to"
+            errs.append(_invalid(path, v, f"should be {word} {_num_text(lo, v)}"))
+    if hi is not None:
+        bound = int(hi) if isinstance(v, int) else hi
+        excl = bool(s.get("exclusiveMaximum"))
+        if v > bound or (excl and v == bound):
+            word = "less than" if excl else "less than or equal to"
+            errs.append(_invalid(path, v, f"should be {word} {_num_text(hi, v)}"))
+
+
+def _check_array(v: list[Any], s: Schema, path: str, old: Any, errs: list[FieldError]) -> None:
+    items = s.get("items")
+    if isinstance(items, dict):
+        olds = map_list_correlator(s, old)
+        for i, item in enumerate(v):
+            _node(item, items, f"{path}[{i}]", olds(item), errs)
+    if "minItems" in s and len(v) < s["minItems"]:
+        errs.append(_invalid(path, len(v), f"should have at least {s['minItems']} items"))
+    if "maxItems" in s and len(v) > s["maxItems"]:
+        errs.append(fe.too_many(_field(path), len(v), int(s["maxItems"])))
+
+
+def _enum_equal(v: Any, e: Any) -> bool:
+    if _is_number(v) and _is_number(e):
+        return bool(v == e)
+    return deep_equal(v, e)
+
+
+def _check_enum(v: Any, s: Schema, path: str, errs: list[FieldError]) -> None:
+    enum = s.get("enum") or []
+    if enum and (v is None or not any(_enum_equal(v, e) for e in enum)):
+        shown = [e if isinstance(e, str) else fe.go_json(e) for e in enum]
+        errs.append(fe.not_supported(_field(path), v, shown))
+
+
+def _old_child(old: Any, key: str) -> Any:
+    return old[key] if isinstance(old, dict) and key in old else MISSING
+
+
+def _check_object(v: JSON, s: Schema, path: str, old: Any, errs: list[FieldError]) -> None:
+    n, field = len(v), _field(path)
+    if "minProperties" in s and n < s["minProperties"]:
+        errs.append(_invalid(path, n, f"should have at least {s['minProperties']} properties"))
+        return
+    if "maxProperties" in s and n > s["maxProperties"]:
+        errs.append(fe.too_many(field, n, int(s["maxProperties"])))
+        return
+    props: dict[str, Schema] = s.get("properties") or {}
+    extra = s.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key, value in v.items():
+            if key not in props:
+                _node(value, extra, f"{path}.{key}", _old_child(old, key), errs)
+    for key, sub in props.items():
+        if key in v:
+            _node(v[key], sub, fe.child(path, key), _old_child(old, key), errs)
+    errs.extend(fe.required(_field(f"{path}.{key}")) for key in s.get("required") or [] if key not in v)
+    if s.get("x-kubernetes-embedded-resource"):
+        errs.extend(fe.required(fe.child(field, key), "must not be empty")
+                    for key in ("apiVersion", "kind") if key not in v)

@@ -1,0 +1,100 @@
+"""Watch: what a watcher is sent, and in which order, as the real watch cache sends it.
+
+- ``resourceVersion`` unset or ``"0"``: synthetic ``ADDED`` events for every matching object first, then
+  changes ("Get State and Start at Most Recent" / "Start at Any").
+- ``resourceVersion=N``: every change after N; if the retained window no longer reaches N, a single
+  ``ERROR`` event with a 410 ``Expired`` Status (``too old resource version: N (M)``).
+- ``sendInitialEvents=true`` (with ``resourceVersionMatch=NotOlderThan``): the synthetic ``ADDED``
+  events, then a ``BOOKMARK`` annotated ``k8s.io/initial-events-end: "true"``.
+- Filtered watches (label/field selectors): an object that starts matching arrives as ``ADDED``, one
+  that stops matching as ``DELETED`` carrying its previous state at the new resourceVersion
+  (``cacheWatcher.convertToWatchEvent``).
+- ``allowWatchBookmarks=true``: a ``BOOKMARK`` (object with only ``kind``, ``apiVersion`` and
+  ``metadata.resourceVersion``) every ``bookmark_interval`` seconds.
+- ``timeoutSeconds``: the stream ends cleanly after that long (default 1800 s, the real
+  ``--min-request-timeout``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gangscale.sim.apiserver.conversion import from_storage
+from gangscale.sim.apiserver.resources import ResourceType, storage_key
+from gangscale.sim.apiserver.store import Event, Store, TooOldResourceVersion, Watcher
+
+JSON = dict[str, Any]
+Matcher = Callable[[JSON], bool]
+
+
+@dataclass(frozen=True)
+class WatchRequest:
+    rt: ResourceType
+    namespace: str | None  # None: all namespaces / cluster scope
+    matches: Matcher
+    resource_version: str
+    send_initial_events: bool = False
+
+
+def _projector(req: WatchRequest) -> Callable[[Event], tuple[str, JSON] | None]:
+    rt, ns = req.rt, req.namespace
+
+    def in_scope(obj: JSON | None) -> bool:
+        if obj is None:
+            return False
+        if ns is not None and rt.namespaced and obj["metadata"].get("namespace", "") != ns:
+            return False
+        return req.matches(from_storage(rt, obj))
+
+    def project(ev: Event) -> tuple[str, JSON] | None:
+        cur_ok = ev.type != "DELETED" and in_scope(ev.obj)
+        prev_ok = in_scope(ev.prev) if ev.type != "DELETED" else in_scope(ev.obj)
+        if ev.type == "DELETED":
+            return ("DELETED", from_storage(rt, ev.obj)) if prev_ok else None
+        if cur_ok and prev_ok:
+            return ("MODIFIED", from_storage(rt, ev.obj))
+        if cur_ok:
+            return ("ADDED", from_storage(rt, ev.obj))
+        if prev_ok and ev.prev is not None:
+            gone = from_storage(rt, ev.prev)
+            gone["metadata"]["resourceVersion"] = str(ev.rv)
+            return ("DELETED", gone)
+        return None
+
+    return project
+
+
+def bookmark(rt: ResourceType, rv: int, *, initial_events_end: bool = False) -> JSON:
+    meta: JSON = {"resourceVersion": str(rv)}
+    if initial_events_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
+
+
+def open_watch(store: Store, req: WatchRequest) -> tuple[Watcher, list[tuple[str, JSON]]]:
+    """Subscribe and return the backlog to send first. Raises TooOldResourceVersion."""
+    key = storage_key(req.rt)
+    project = _projector(req)
+    watcher = Watcher(key=key, project=project)
+    backlog: list[tuple[str, JSON]] = []
+    rv = req.resource_version
+    if rv in ("", "0") or req.send_initial_events:
+        for obj in store.items(key, req.namespace if req.rt.namespaced else None):
+            conv = from_storage(req.rt, obj)
+            if req.matches(conv):
+                backlog.append(("ADDED", conv))
+        if req.send_initial_events:
+            backlog.append(("BOOKMARK", bookmark(req.rt, store.resource_version, initial_events_end=True)))
+    else:
+        try:
+            start = int(rv)
+        except ValueError as exc:
+            raise TooOldResourceVersion(-1, 0) from exc
+        for ev in store.events_since(key, start):
+            item = project(ev)
+            if item is not None:
+                backlog.append(item)
+    store.subscribe(watcher)
+    return watcher, backlog

@@ -1,0 +1,1 @@
+"""Cluster objects turned into gangs: ProvisioningRequests and RayClusters."""

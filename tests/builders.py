@@ -1,0 +1,80 @@
+"""Builders for test objects (Kueue's ``MakeWorkload(...).Obj()`` habit, as plain functions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangscale.kube.transport import Resource
+
+JSON = dict[str, Any]
+
+PODS = Resource("", "v1", "pods")
+NODES = Resource("", "v1", "nodes", namespaced=False)
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False)
+PODTEMPLATES = Resource("", "v1", "podtemplates")
+EVENTS = Resource("", "v1", "events")
+EVENTS_V1 = Resource("events.k8s.io", "v1", "events")
+LEASES = Resource("coordination.k8s.io", "v1", "leases")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+PROVREQS = Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests")
+PROVREQS_BETA = Resource("autoscaling.x-k8s.io", "v1beta1", "provisioningrequests")
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads")
+CLUSTERQUEUES = Resource("kueue.x-k8s.io", "v1beta2", "clusterqueues", namespaced=False)
+RAYCLUSTERS = Resource("ray.io", "v1", "rayclusters")
+
+
+def meta(name: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,
+         **extra: Any) -> JSON:
+    out: JSON = {"name": name, **extra}
+    if namespace is not None:
+        out["namespace"] = namespace
+    if labels:
+        out["labels"] = labels
+    return out
+
+
+def pod(name: str, *, labels: dict[str, str] | None = None, node: str | None = None,
+        containers: list[JSON] | None = None, **meta_extra: Any) -> JSON:
+    spec: JSON = {"containers": containers or [{"name": "main", "image": "busybox:1.36"}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta(name, labels=labels, **meta_extra), "spec": spec}
+
+
+def node(name: str, *, labels: dict[str, str] | None = None, ready: str | None = None,
+         allocatable: dict[str, str] | None = None) -> JSON:
+    obj: JSON = {"apiVersion": "v1", "kind": "Node", "metadata": meta(name, labels=labels), "spec": {}}
+    status: JSON = {}
+    if allocatable:
+        status["allocatable"] = allocatable
+    if ready is not None:
+        status["conditions"] = [{"type": "Ready", "status": ready, "reason": "KubeletReady", "message": ""}]
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def pod_template(name: str, *, requests: dict[str, str] | None = None,
+                 limits: dict[str, str] | None = None) -> JSON:
+    resources: JSON = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta(name),
+            "template": {"spec": {"containers": [{"name": "w", "image": "trainer:v1", "resources": resources}]}}}
+
+
+def provreq(name: str, *, template: str = "tmpl", count: int = 1,
+            cls: str = "atomic-scale-up.gangscale.io", parameters: dict[str, str] | None = None,
+            api_version: str = "autoscaling.x-k8s.io/v1") -> JSON:
+    spec: JSON = {"provisioningClassName": cls, "podSets": [{"podTemplateRef": {"name": template}, "count": count}]}
+    if parameters is not None:
+        spec["parameters"] = parameters
+    return {"apiVersion": api_version, "kind": "ProvisioningRequest", "metadata": meta(name), "spec": spec}
+
+
+def condition(ctype: str, status: str = "True", reason: str = "Reason", message: str = "",
+              ltt: str = "2026-11-21T00:00:00Z", **extra: Any) -> JSON:
+    return {"type": ctype, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": ltt, **extra}

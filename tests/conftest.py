@@ -1,0 +1,90 @@
+"""Shared fixtures: the embedded API server, clients over real HTTP, and a guard against leaked tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from kubernetes_asyncio.client import ApiClient
+
+from gangscale.kube.client import load_configuration, make_http
+from gangscale.kube.transport import KubeHTTP
+from gangscale.sim.apiserver import EmbeddedAPIServer
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every coroutine test runs under the leak guard, set up first so that it is torn down last.
+    for item in items:
+        fn = getattr(item, "function", None)
+        if fn is not None and inspect.iscoroutinefunction(fn):
+            item.fixturenames.insert(0, "no_leaked_tasks")  # type: ignore[attr-defined]
+
+
+@pytest_asyncio.fixture
+async def no_leaked_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks running (kopf's ``_no_asyncio_pending_tasks``)."""
+    before = set(asyncio.all_tasks())
+    yield
+    for _ in range(3):  # let tasks that were cancelled during teardown finish
+        await asyncio.sleep(0)
+    leaked = [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()]
+    for t in leaked:
+        t.cancel()
+    if leaked:
+        pytest.fail(f"test leaked {len(leaked)} asyncio task(s): {sorted(t.get_name() for t in leaked)}")
+
+
+@pytest_asyncio.fixture
+async def apiserver() -> AsyncIterator[EmbeddedAPIServer]:
+    server = EmbeddedAPIServer(bookmark_interval=0.2, seed=1)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+def kubeconfig(apiserver: EmbeddedAPIServer, tmp_path: Path) -> Path:
+    return apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest_asyncio.fixture
+async def http(kubeconfig: Path) -> AsyncIterator[KubeHTTP]:
+    """The production client path: kubeconfig -> kubernetes_asyncio ApiClient -> KubeHTTP."""
+    client = await make_http(str(kubeconfig), user_agent="gangscale-tests")
+    try:
+        yield client
+    finally:
+        await client.api_client.close()
+
+
+@pytest_asyncio.fixture
+async def api_client(kubeconfig: Path) -> AsyncIterator[ApiClient]:
+    """A plain kubernetes_asyncio ApiClient, for the typed API classes."""
+    cfg = await load_configuration(str(kubeconfig))
+    client = ApiClient(configuration=cfg)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def wait_for(predicate: Callable[[], Any], *, timeout: float = 5.0, interval: float = 0.01) -> Any:
+    """Poll until ``predicate()`` is truthy; fails the test after ``timeout`` (a hang guard, not a timing check)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() > deadline:
+            pytest.fail("condition not reached before the hang guard expired")
+        await asyncio.sleep(interval)

@@ -1,0 +1,187 @@
+"""The reflector against the embedded API server: sync, dropped streams, 410s, gaps, 429s and 500s."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from gangscale.kube.backoff import Backoff
+from gangscale.kube.reflector import Reflector, ReflectorEvent
+from gangscale.kube.transport import KubeHTTP
+from gangscale.sim.apiserver import EmbeddedAPIServer, Fault
+from tests import builders as b
+from tests.conftest import wait_for
+
+
+class RecordingSleep:
+    """Records requested delays; sleeps a token amount so that no test waits for real backoff."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await asyncio.sleep(0.001)
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    return RecordingSleep()
+
+
+@pytest_asyncio.fixture
+async def reflector(http: KubeHTTP, sleep: RecordingSleep) -> AsyncIterator[Reflector]:
+    r = Reflector(http, b.NODES, watch_timeout=30, sleep=sleep,
+                  backoff=Backoff(initial=0.01, maximum=0.2, rng=random.Random(0)), rng=random.Random(0))
+    task = asyncio.create_task(r.run(), name="reflector")
+    try:
+        yield r
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def names(r: Reflector) -> list[str]:
+    return [o["metadata"]["name"] for o in r.items()]
+
+
+async def test_synced_after_initial_list(http: KubeHTTP, sleep: RecordingSleep) -> None:
+    await http.request("POST", b.NODES.path(), body=b.node("n1"))
+    r = Reflector(http, b.NODES, sleep=sleep)
+    events = r.subscribe()
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(r.synced.wait(), 5)
+        assert names(r) == ["n1"]
+        ev = events.get_nowait()
+        assert (ev.type, ev.obj["metadata"]["name"]) == ("ADDED", "n1")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_follows_changes(http: KubeHTTP, reflector: Reflector) -> None:
+    await asyncio.wait_for(reflector.synced.wait(), 5)
+    events = reflector.subscribe()
+    await http.request("POST", b.NODES.path(), body=b.node("n1"))
+    await http.request("PATCH", b.NODES.path(name="n1"), body={"metadata": {"labels": {"a": "1"}}},
+                       content_type="application/merge-patch+json")
+    await http.request("DELETE", b.NODES.path(name="n1"))
+    got = [await asyncio.wait_for(events.get(), 5) for _ in range(3)]
+    assert [e.type for e in got] == ["ADDED", "MODIFIED", "DELETED"]
+    assert got[1].old is not None and got[1].obj["metadata"]["labels"] == {"a": "1"}
+    assert names(reflector) == []
+
+
+async def test_resumes_after_dropped_stream_without_relisting(http: KubeHTTP, apiserver: EmbeddedAPIServer,
+                                                              reflector: Reflector) -> None:
+    await asyncio.wait_for(reflector.synced.wait(), 5)
+    apiserver.inject(Fault(verb="watch", resource="nodes", drop_after_events=1, abort=True, times=2))
+    for i in range(4):
+        await http.request("POST", b.NODES.path(), body=b.node(f"n{i}"))
+    await wait_for(lambda: names(reflector) == ["n0", "n1", "n2", "n3"])
+    assert reflector.lists == 1
+    assert reflector.watches >= 2
+
+
+async def test_410_relists_and_reports_deletions_made_during_the_gap(
+        http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep) -> None:
+    for i in range(3):
+        await http.request("POST", b.NODES.path(), body=b.node(f"n{i}"))
+    r = Reflector(http, b.NODES, watch_timeout=30, sleep=sleep, backoff=Backoff(initial=0.01))
+    events = r.subscribe()
+    # Every watch is cut at once, so the reflector sits between watches while the cluster changes.
+    cut = apiserver.inject(Fault(verb="watch", resource="nodes", drop_after_events=0, times=None))
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(r.synced.wait(), 5)
+        await http.request("DELETE", b.NODES.path(name="n1"))
+        await http.request("POST", b.NODES.path(), body=b.node("n3"))
+        apiserver.compact()  # the gap is now older than the server keeps: the next watch gets 410
+        apiserver.faults.faults.remove(cut)
+        await wait_for(lambda: names(r) == ["n0", "n2", "n3"])
+        seen: list[ReflectorEvent] = []
+        while not events.empty():
+            seen.append(events.get_nowait())
+        assert ("DELETED", "n1") in [(e.type, e.obj["metadata"]["name"]) for e in seen]
+        assert ("ADDED", "n3") in [(e.type, e.obj["metadata"]["name"]) for e in seen]
+        assert r.lists >= 2
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_forced_410_on_stream_relists(http: KubeHTTP, apiserver: EmbeddedAPIServer,
+                                            reflector: Reflector) -> None:
+    await asyncio.wait_for(reflector.synced.wait(), 5)
+    lists = reflector.lists
+    apiserver.inject(Fault(verb="watch", resource="nodes", gone=True))
+    await http.request("POST", b.NODES.path(), body=b.node("n1"))
+    await wait_for(lambda: reflector.lists > lists and names(reflector) == ["n1"])
+
+
+@pytest.mark.parametrize(("status", "retry_after"), [(429, 2), (500, None), (503, 1)],
+                         ids=["429-retry-after", "500", "503-retry-after"])
+async def test_list_errors_back_off_and_honour_retry_after(
+        http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep, status: int,
+        retry_after: int | None) -> None:
+    apiserver.inject(Fault(verb="list", resource="nodes", status=status, retry_after=retry_after, times=3))
+    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(initial=0.01, maximum=0.05, rng=random.Random(1)))
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(r.synced.wait(), 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert len(sleep.delays) == 3
+    if retry_after is not None:
+        assert all(d >= retry_after for d in sleep.delays)
+    else:
+        assert all(0 < d <= 0.05 * 1.2 for d in sleep.delays)
+
+
+async def test_watch_that_ends_immediately_backs_off_instead_of_spinning(
+        http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep) -> None:
+    apiserver.inject(Fault(verb="watch", resource="nodes", drop_after_events=0, times=None))
+    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(initial=0.01, maximum=0.1))
+    task = asyncio.create_task(r.run())
+    try:
+        await wait_for(lambda: r.watches >= 5)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    # Every empty watch was followed by a backoff sleep, growing up to the maximum.
+    assert len(sleep.delays) >= r.watches - 1
+    assert max(sleep.delays) > min(sleep.delays)
+
+
+async def test_bookmarks_advance_resource_version(http: KubeHTTP, reflector: Reflector) -> None:
+    await asyncio.wait_for(reflector.synced.wait(), 5)
+    await http.request("POST", b.PODS.path("default"), body=b.pod("unrelated"))
+    target = (await http.request("GET", b.PODS.path("default")))["metadata"]["resourceVersion"]
+    # The bookmark interval of the test server is 0.2 s; only a bookmark can move a nodes watch here.
+    await wait_for(lambda: int(reflector.resource_version or 0) >= int(target))
+
+
+async def test_label_selector_scopes_the_cache(http: KubeHTTP, sleep: RecordingSleep) -> None:
+    await http.request("POST", b.NODES.path(), body=b.node("gpu", labels={"pool": "a3"}))
+    await http.request("POST", b.NODES.path(), body=b.node("cpu", labels={"pool": "e2"}))
+    r = Reflector(http, b.NODES, label_selector="pool=a3", sleep=sleep)
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(r.synced.wait(), 5)
+        assert names(r) == ["gpu"]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
