@@ -22,6 +22,7 @@ import yaml
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver import fieldmanager, patching, strategies, validation
 from gangscale.sim.apiserver.conversion import from_storage, to_storage
+from gangscale.sim.apiserver.deletion import DeletionVerbs
 from gangscale.sim.apiserver.errors import StatusError
 from gangscale.sim.apiserver.resources import Registry, ResourceType, StorageKey, storage_key
 from gangscale.sim.apiserver.store import Store
@@ -54,15 +55,7 @@ class WriteContext:
     warnings: list[str] = field(default_factory=list)
 
 
-@dataclass
-class DeleteOptions:
-    propagation: str = "Background"
-    uid: str | None = None
-    resource_version: str | None = None
-    grace_period_seconds: int | None = None
-
-
-class ObjectAPI:
+class ObjectAPI(DeletionVerbs):
     def __init__(self, store: Store, registry: Registry, clock: Clock,
                  rng: random.Random | None = None) -> None:
         self.store = store
@@ -225,11 +218,13 @@ class ObjectAPI:
         return self._update(rt, ns, name, stored, new, sub, ctx, apply_managed=None)
 
     def patch(self, rt: ResourceType, ns: str, name: str, content_type: str, raw: bytes, sub: str | None,
-              ctx: WriteContext, force: bool) -> JSON:
-        if force and content_type != PATCH_APPLY:
-            raise E.bad_request("force flag must only be set for apply patches")
+              ctx: WriteContext, force: bool | None) -> JSON:
+        """``force`` is None when the request did not carry the parameter at all."""
+        fieldmanager.validate_patch_options(apply=content_type == PATCH_APPLY,
+                                            field_manager=ctx.manager if ctx.manager_explicit else None,
+                                            force_given=force is not None)
         if content_type == PATCH_APPLY:
-            return self._apply(rt, ns, name, raw, sub, ctx, force)
+            return self._apply(rt, ns, name, raw, sub, ctx, bool(force))
         stored = self.store.get(storage_key(rt), ns if rt.namespaced else "", name)
         if stored is None:
             raise E.not_found(rt.plural, rt.group, name)
@@ -263,8 +258,6 @@ class ObjectAPI:
         except yaml.YAMLError as exc:
             raise E.bad_request(f"error decoding YAML: {exc}") from exc
         fieldmanager.validate_apply_body(applied, api_version=rt.api_version, kind=rt.kind, name=name)
-        if not ctx.manager_explicit:
-            raise fieldmanager.missing_manager_error()
         stored = self.store.get(storage_key(rt), ns if rt.namespaced else "", name)
         roots = _allowed_roots(rt, sub)
 
@@ -272,7 +265,7 @@ class ObjectAPI:
             try:
                 return fieldmanager.apply(current, applied, manager=ctx.manager, force=force, shape=rt.shape,
                                           api_version=rt.api_version, subresource=sub, now=self._now(),
-                                          allowed_roots=roots)
+                                          allowed_roots=roots, reset_fields=_reset_fields(rt, sub))
             except fieldmanager.ApplyConflict as exc:
                 raise exc.to_status_error(rt.plural, rt.group, name) from exc
 
@@ -313,7 +306,8 @@ class ObjectAPI:
         strategies.bump_generation(rt, old, new)
         if not apply_managed:
             new = fieldmanager.record_update(old, new, manager=ctx.manager, shape=rt.shape,
-                                             api_version=rt.api_version, subresource=sub, now=self._now())
+                                             api_version=rt.api_version, subresource=sub, now=self._now(),
+                                             reset_fields=_reset_fields(rt, sub))
         if _same_ignoring_managed_times(old, new):
             return old
         if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
@@ -354,68 +348,6 @@ class ObjectAPI:
             return new
         return from_storage(rt, self.store.put(storage_key(rt), to_storage(rt, new), added=False))
 
-    # --- delete --------------------------------------------------------------------------------------
-
-    def delete(self, rt: ResourceType, ns: str, name: str, opts: DeleteOptions,
-               ctx: WriteContext) -> tuple[JSON, bool]:
-        """Returns (object, deleted now). An object with finalizers only gets its deletionTimestamp."""
-        stored = self._stored(rt, ns, name)
-        meta = stored["metadata"]
-        if opts.uid and opts.uid != meta.get("uid"):
-            raise E.conflict(rt.plural, rt.group, name,
-                             f"Precondition failed: UID in precondition: {opts.uid}, "
-                             f"UID in object meta: {meta.get('uid')}")
-        if opts.resource_version and opts.resource_version != meta.get("resourceVersion"):
-            raise E.conflict(rt.plural, rt.group, name,
-                             f"Precondition failed: ResourceVersion in precondition: {opts.resource_version}, "
-                             f"ResourceVersion in object meta: {meta.get('resourceVersion')}")
-        finalizers = list(meta.get("finalizers") or [])
-        if opts.propagation == "Orphan" and "orphan" not in finalizers:
-            finalizers.append("orphan")
-        elif opts.propagation == "Foreground" and "foregroundDeletion" not in finalizers:
-            finalizers.append("foregroundDeletion")
-        if rt.kind == "Namespace" and (stored.get("spec") or {}).get("finalizers"):
-            return self._mark_terminating(rt, stored, finalizers, ctx), False
-        if not finalizers:
-            if ctx.dry_run:
-                return from_storage(rt, stored), True
-            return self._remove_now(rt, ns, name), True
-        if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
-            return from_storage(rt, stored), False
-        new = copy.deepcopy(stored)
-        new["metadata"]["finalizers"] = finalizers
-        if not new["metadata"].get("deletionTimestamp"):
-            new["metadata"]["deletionTimestamp"] = self._now()
-            new["metadata"]["deletionGracePeriodSeconds"] = 0
-            if new["metadata"].get("generation"):
-                new["metadata"]["generation"] += 1
-        if ctx.dry_run:
-            return from_storage(rt, new), False
-        return from_storage(rt, self.store.put(storage_key(rt), new, added=False)), False
-
-    def _mark_terminating(self, rt: ResourceType, stored: JSON, finalizers: list[str],
-                          ctx: WriteContext) -> JSON:
-        new = copy.deepcopy(stored)
-        new["metadata"].setdefault("deletionTimestamp", self._now())
-        new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
-        if finalizers:
-            new["metadata"]["finalizers"] = finalizers
-        new.setdefault("status", {})["phase"] = "Terminating"
-        if ctx.dry_run or new == stored:
-            return from_storage(rt, new)
-        return from_storage(rt, self.store.put(storage_key(rt), new, added=False))
-
-    def _remove_now(self, rt: ResourceType, ns: str, name: str) -> JSON:
-        last = self.store.remove(storage_key(rt), ns if rt.namespaced else "", name)
-        assert last is not None
-        if rt.kind == "CustomResourceDefinition":
-            for t in self.registry.remove_crd(name):
-                self.store.drop_resource(StorageKey(t.group, t.plural))
-        out = from_storage(rt, last)
-        for hook in self.on_deleted:
-            hook(rt, out)
-        return out
-
 
 # --- small helpers -----------------------------------------------------------------------------------
 
@@ -441,6 +373,11 @@ def _unsupported_patch(rt: ResourceType) -> StatusError:
     accepted = [PATCH_JSON, PATCH_MERGE, *([] if rt.custom else [PATCH_STRATEGIC]), PATCH_APPLY]
     return E.unsupported_media_type(
         "the body of the request was in an unknown format - accepted media types include: " + ", ".join(accepted))
+
+
+def _reset_fields(rt: ResourceType, sub: str | None) -> tuple[tuple[str, ...], ...]:
+    return fieldmanager.reset_fields_for(rt.kind if not rt.custom else "", subresource=sub,
+                                         status_subresource=rt.status_subresource)
 
 
 def _allowed_roots(rt: ResourceType, sub: str | None) -> frozenset[str] | None:

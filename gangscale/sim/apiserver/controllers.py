@@ -28,8 +28,9 @@ import copy
 import logging
 from typing import Any
 
-from gangscale.sim.apiserver.api import DeleteOptions, ObjectAPI, WriteContext
+from gangscale.sim.apiserver.api import ObjectAPI, WriteContext
 from gangscale.sim.apiserver.conversion import from_storage
+from gangscale.sim.apiserver.deletion import DeleteOptions
 from gangscale.sim.apiserver.errors import StatusError
 from gangscale.sim.apiserver.resources import StorageKey
 from gangscale.sim.apiserver.store import Event
@@ -230,7 +231,7 @@ class ControllerManager:
         meta = obj["metadata"]
         with contextlib.suppress(StatusError):
             self.api.delete(rt, meta.get("namespace", ""), meta["name"],
-                            DeleteOptions(propagation="Background"), self._ctx())
+                            DeleteOptions(propagation="Background"), dry_run=False)
 
 
 def _taints_to_fix(node: JSON) -> list[JSON] | None:

@@ -147,3 +147,37 @@ def openapi_v3_document(reg: Registry, group: str, version: str) -> JSON:
 def openapi_v2_document() -> JSON:
     return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": KUBE_VERSION["gitVersion"]},
             "paths": {}, "definitions": {}}
+
+
+def serve(reg: Registry, path: str, what: str | None, server_address: str) -> JSON | str | None:
+    """The document for a non-resource GET path (``what`` is the router's keyword), or None (404)."""
+    path = path.rstrip("/")
+    if path == "/version":
+        return KUBE_VERSION
+    if path in ("/healthz", "/livez", "/readyz"):
+        return "ok"
+    if path == "/openapi/v3":
+        return openapi_v3_index(reg)
+    if path.startswith("/openapi/v3/"):
+        gv = path[len("/openapi/v3/"):].split("/")
+        if gv[0] == "api" and len(gv) == 2:
+            group, version = "", gv[1]
+        elif gv[0] == "apis" and len(gv) == 3:
+            group, version = gv[1], gv[2]
+        else:
+            return None
+        if not any(t.group == group and t.version == version for t in reg.types()):
+            return None
+        return openapi_v3_document(reg, group, version)
+    if path == "/openapi/v2":
+        return openapi_v2_document()
+    parts = [p for p in path.split("/") if p]
+    if what == "api":
+        return api_versions(server_address)
+    if what == "apis":
+        return api_group_list(reg)
+    if what == "group":
+        return api_group(reg, parts[1])
+    if what == "resources":
+        return api_resource_list(reg, "" if parts[0] == "api" else parts[1], parts[-1])
+    return None

@@ -10,7 +10,6 @@ import contextlib
 import json
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,26 +19,20 @@ from aiohttp import web
 
 from gangscale.sim.apiserver import discovery, selectors
 from gangscale.sim.apiserver import errors as E
-from gangscale.sim.apiserver.api import DeleteOptions, ObjectAPI, WriteContext
+from gangscale.sim.apiserver.api import ObjectAPI, WriteContext
 from gangscale.sim.apiserver.builtin import install_builtins
 from gangscale.sim.apiserver.controllers import ControllerManager
+from gangscale.sim.apiserver.deletion import DeleteOptions
 from gangscale.sim.apiserver.errors import StatusError
 from gangscale.sim.apiserver.faults import Fault, Faults, LoggedRequest
 from gangscale.sim.apiserver.resources import Registry, ResourceType, storage_key
-from gangscale.sim.apiserver.store import DEFAULT_WINDOW, Store, TooOldResourceVersion
+from gangscale.sim.apiserver.routing import Target, resolve
+from gangscale.sim.apiserver.store import DEFAULT_WINDOW, Store
 from gangscale.sim.apiserver.tables import to_table, wants_table
-from gangscale.sim.apiserver.watching import WatchRequest, bookmark, open_watch
+from gangscale.sim.apiserver.watching import WatchRequest
+from gangscale.sim.apiserver.watchstream import serve_watch
 
 JSON = dict[str, Any]
-DEFAULT_WATCH_TIMEOUT = 1800.0
-
-
-@dataclass(frozen=True)
-class Target:
-    rt: ResourceType
-    namespace: str | None
-    name: str | None
-    sub: str | None
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -84,7 +77,6 @@ class EmbeddedAPIServer:
         self.controllers = ControllerManager(self.api)
         install_builtins(self.api)
         self._runner: web.AppRunner | None = None
-        self._streams: set[web.StreamResponse] = set()
 
     # --- lifecycle -----------------------------------------------------------------------------------
 
@@ -143,41 +135,7 @@ class EmbeddedAPIServer:
         """Forget all retained watch events: every watch from an older resourceVersion gets 410."""
         self.store.compact()
 
-    # --- routing -------------------------------------------------------------------------------------
-
-    def _resolve(self, path: str) -> Target | str | None:
-        """A resource target, a discovery keyword, or None for an unknown path."""
-        parts = [p for p in path.split("/") if p]
-        if not parts:
-            return "root"
-        if parts[0] == "api":
-            if len(parts) == 1:
-                return "api"
-            group, version, rest = "", parts[1], parts[2:]
-        elif parts[0] == "apis":
-            if len(parts) <= 2:
-                return "apis" if len(parts) == 1 else "group"
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
-            return None
-        if not rest:
-            return "resources"
-        ns: str | None = None
-        if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
-            ns, rest = rest[1], rest[2:]
-        if len(rest) > 3:
-            return None
-        rt = self.registry.lookup(group, version, rest[0])
-        if rt is None:
-            return None
-        if ns is not None and not rt.namespaced:
-            return None
-        name = rest[1] if len(rest) > 1 else None
-        sub = rest[2] if len(rest) > 2 else None
-        if sub is not None and not ((sub == "status" and rt.status_subresource) or
-                                    (sub == "binding" and rt.kind == "Pod" and not rt.group)):
-            return None
-        return Target(rt, ns, name, sub)
+    # --- requests ------------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         log_entry: dict[str, Any] = {}
@@ -200,11 +158,15 @@ class EmbeddedAPIServer:
     async def _dispatch(self, request: web.Request, log_entry: dict[str, Any]) -> web.StreamResponse:
         if self.faults.down:
             raise StatusError(503, "ServiceUnavailable", "the server is currently unable to handle the request")
-        target = self._resolve(request.path)
+        target = resolve(self.registry, request.path)
         if isinstance(target, str) or target is None:
-            resp = self._serve_meta(request, target)
-            log_entry["status"] = resp.status
-            return resp
+            if request.method != "GET":
+                raise _not_found_path()
+            doc = discovery.serve(self.registry, request.path, target, f"{self.host}:{self.port}")
+            if doc is None:
+                raise _not_found_path()
+            log_entry["status"] = 200
+            return web.Response(text=doc) if isinstance(doc, str) else _json(doc)
         verb = _verb(request, target)
         log_entry.update(verb=verb, group=target.rt.group, resource=target.rt.plural,
                          namespace=target.namespace or "", name=target.name or "", sub=target.sub)
@@ -218,44 +180,13 @@ class EmbeddedAPIServer:
                                   fault.message or f"injected failure ({fault.status})",
                                   retry_after_seconds=fault.retry_after)
         if verb == "watch":
-            return await self._watch(request, target, fault)
+            req = WatchRequest(target.rt, target.namespace, self._matcher(request, target.rt),
+                               request.query.get("resourceVersion", ""),
+                               request.query.get("sendInitialEvents", "").lower() == "true")
+            return await serve_watch(request, self.store, req, fault, self.bookmark_interval)
         resp = await self._serve_resource(request, target, verb)
         log_entry["status"] = resp.status
         return resp
-
-    def _serve_meta(self, request: web.Request, what: str | None) -> web.Response:
-        path = request.path.rstrip("/")
-        if request.method != "GET":
-            raise _not_found_path()
-        if path == "/version":
-            return _json(discovery.KUBE_VERSION)
-        if path in ("/healthz", "/livez", "/readyz"):
-            return web.Response(text="ok")
-        if path == "/openapi/v3":
-            return _json(discovery.openapi_v3_index(self.registry))
-        if path.startswith("/openapi/v3/"):
-            gv = path[len("/openapi/v3/"):].split("/")
-            group, version = ("", gv[1]) if gv[0] == "api" and len(gv) == 2 else (
-                (gv[1], gv[2]) if gv[0] == "apis" and len(gv) == 3 else ("?", "?"))
-            if not any(t.group == group and t.version == version for t in self.registry.types()):
-                raise _not_found_path()
-            return _json(discovery.openapi_v3_document(self.registry, group, version))
-        if path == "/openapi/v2":
-            return _json(discovery.openapi_v2_document())
-        if what == "api":
-            return _json(discovery.api_versions(f"{self.host}:{self.port}"))
-        if what == "apis":
-            return _json(discovery.api_group_list(self.registry))
-        parts = [p for p in path.split("/") if p]
-        if what == "group":
-            doc = discovery.api_group(self.registry, parts[1])
-        elif what == "resources":
-            doc = discovery.api_resource_list(self.registry, "" if parts[0] == "api" else parts[1], parts[-1])
-        else:
-            doc = None
-        if doc is None:
-            raise _not_found_path()
-        return _json(doc)
 
     # --- resources -----------------------------------------------------------------------------------
 
@@ -343,13 +274,13 @@ class EmbeddedAPIServer:
             return self._respond(request, rt, out, 200, ctx)
         if verb == "patch":
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
-            force = request.query.get("force", "false").lower() == "true"
+            force = request.query["force"].lower() == "true" if "force" in request.query else None
             existed = self.api.store.get(storage_key(rt), ns if rt.namespaced else "", t.name or "") is not None
             out = self.api.patch(rt, ns, t.name or "", ctype, await request.read(), t.sub, ctx, force)
             return self._respond(request, rt, out, 200 if existed or ctx.dry_run else 201, ctx)
         if verb == "delete":
             opts = await self._delete_options(request)
-            obj, _ = self.api.delete(rt, ns, t.name or "", opts, ctx)
+            obj, _ = self.api.delete(rt, ns, t.name or "", opts, ctx.dry_run)
             if rt.returns_deleted_object or obj["metadata"].get("deletionTimestamp"):
                 return self._respond(request, rt, obj, 200, ctx)
             return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -361,7 +292,7 @@ class EmbeddedAPIServer:
             for item in listing["items"]:
                 meta = item["metadata"]
                 with contextlib.suppress(StatusError):
-                    self.api.delete(rt, meta.get("namespace", ""), meta["name"], opts, ctx)
+                    self.api.delete(rt, meta.get("namespace", ""), meta["name"], opts, ctx.dry_run)
             return self._respond(request, rt, listing, 200, ctx)
         raise E.method_not_allowed("the server does not allow this method on the requested resource")
 
@@ -393,77 +324,6 @@ class EmbeddedAPIServer:
                              f'pod {t.name} is already assigned to node "{current}"')
         self.api.bind_pod(t.namespace or "", t.name or "", node, ctx)
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
-
-    # --- watch ---------------------------------------------------------------------------------------
-
-    async def _watch(self, request: web.Request, t: Target, fault: Fault | None) -> web.StreamResponse:
-        rt = t.rt
-        rv = request.query.get("resourceVersion", "")
-        if rv not in ("", "0") and not rv.isdigit():
-            raise E.bad_request(f'resourceVersion: Invalid value: "{rv}": must be an integer')
-        timeout = float(request.query.get("timeoutSeconds", DEFAULT_WATCH_TIMEOUT) or DEFAULT_WATCH_TIMEOUT)
-        bookmarks = request.query.get("allowWatchBookmarks", "").lower() in ("true", "1")
-        send_initial = request.query.get("sendInitialEvents", "").lower() == "true"
-        req = WatchRequest(rt, t.namespace, self._matcher(request, rt), rv, send_initial)
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
-                                                        "Transfer-Encoding": "chunked"})
-        await resp.prepare(request)
-        if fault is not None and fault.gone:
-            message = f"too old resource version: {rv or 0} ({self.store.resource_version})"
-            await _send(resp, "ERROR", E.gone(message).to_json())
-            return resp
-        try:
-            watcher, backlog = open_watch(self.store, req)
-        except TooOldResourceVersion as exc:
-            await _send(resp, "ERROR", E.gone(str(exc)).to_json())
-            return resp
-        sent = 0
-        limit = fault.drop_after_events if fault is not None else None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        next_bookmark = loop.time() + self.bookmark_interval
-        self._streams.add(resp)
-        try:
-            pending: list[tuple[str, JSON] | None] = list(backlog)
-            while True:
-                if limit is not None and sent >= limit:
-                    return _drop(request, resp, fault)
-                while pending:
-                    item = pending.pop(0)
-                    if item is None:
-                        return resp
-                    if limit is not None and sent >= limit:
-                        return _drop(request, resp, fault)
-                    if item[0] != "BOOKMARK" or bookmarks:
-                        await _send(resp, *item)
-                        sent += 1
-                now = loop.time()
-                if now >= deadline:
-                    return resp
-                if bookmarks and now >= next_bookmark:
-                    await _send(resp, "BOOKMARK", bookmark(rt, self.store.resource_version))
-                    next_bookmark = now + self.bookmark_interval
-                wait = min(deadline, next_bookmark if bookmarks else deadline) - now
-                try:
-                    item = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.0))
-                except TimeoutError:
-                    continue
-                pending.append(item)
-        except (ConnectionResetError, asyncio.CancelledError):
-            return resp
-        finally:
-            self.store.unsubscribe(watcher)
-            self._streams.discard(resp)
-
-
-def _drop(request: web.Request, resp: web.StreamResponse, fault: Fault | None) -> web.StreamResponse:
-    if fault is not None and fault.abort and request.transport is not None:
-        request.transport.close()
-    return resp
-
-
-async def _send(resp: web.StreamResponse, etype: str, obj: JSON) -> None:
-    await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
 
 
 def _verb(request: web.Request, t: Target) -> str:

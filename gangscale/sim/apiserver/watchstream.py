@@ -1,0 +1,84 @@
+"""The HTTP side of a watch: a chunked ``application/json`` stream, one JSON event per line.
+
+What is sent and when is decided in ``watching``; this module writes it, adds the periodic bookmarks,
+ends the stream at ``timeoutSeconds`` (default 1800 s, the real ``--min-request-timeout``), and applies
+the watch fault knobs (drop after N events, cut the connection, answer 410).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from gangscale.sim.apiserver import errors as E
+from gangscale.sim.apiserver.faults import Fault
+from gangscale.sim.apiserver.store import Store, TooOldResourceVersion
+from gangscale.sim.apiserver.watching import WatchRequest, bookmark, open_watch
+
+JSON = dict[str, Any]
+DEFAULT_WATCH_TIMEOUT = 1800.0
+
+
+async def _send(resp: web.StreamResponse, etype: str, obj: JSON) -> None:
+    await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+
+
+def _drop(request: web.Request, resp: web.StreamResponse, fault: Fault | None) -> web.StreamResponse:
+    if fault is not None and fault.abort and request.transport is not None:
+        request.transport.close()
+    return resp
+
+
+async def serve_watch(request: web.Request, store: Store, req: WatchRequest, fault: Fault | None,
+                      bookmark_interval: float) -> web.StreamResponse:
+    rv = req.resource_version
+    if rv not in ("", "0") and not rv.isdigit():
+        raise E.bad_request(f'resourceVersion: Invalid value: "{rv}": must be an integer')
+    timeout = float(request.query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+    bookmarks = request.query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+    resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json",
+                                                    "Transfer-Encoding": "chunked"})
+    await resp.prepare(request)
+    if fault is not None and fault.gone:
+        await _send(resp, "ERROR", E.gone(f"too old resource version: {rv or 0} ({store.resource_version})").to_json())
+        return resp
+    try:
+        watcher, backlog = open_watch(store, req)
+    except TooOldResourceVersion as exc:
+        await _send(resp, "ERROR", E.gone(str(exc)).to_json())
+        return resp
+    limit = fault.drop_after_events if fault is not None else None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    next_bookmark = loop.time() + bookmark_interval
+    pending: list[tuple[str, JSON] | None] = list(backlog)
+    sent = 0
+    try:
+        while True:
+            while pending or (limit is not None and sent >= limit):
+                if limit is not None and sent >= limit:
+                    return _drop(request, resp, fault)
+                item = pending.pop(0)
+                if item is None:  # the store closed this watcher (too slow, or resource gone)
+                    return resp
+                if item[0] != "BOOKMARK" or bookmarks:
+                    await _send(resp, *item)
+                    sent += 1
+            now = loop.time()
+            if now >= deadline:
+                return resp
+            if bookmarks and now >= next_bookmark:
+                await _send(resp, "BOOKMARK", bookmark(req.rt, store.resource_version))
+                next_bookmark = now + bookmark_interval
+            wake = min(deadline, next_bookmark) if bookmarks else deadline
+            try:
+                pending.append(await asyncio.wait_for(watcher.queue.get(), timeout=max(wake - now, 0.0)))
+            except TimeoutError:
+                continue
+    except ConnectionResetError:
+        return resp
+    finally:
+        store.unsubscribe(watcher)
