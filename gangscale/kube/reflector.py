@@ -13,8 +13,10 @@ The loop, and why each step is there:
 4. ``ERROR`` 410 (``Expired``) on the stream, or a 410 answer: the resourceVersion is too old — back to 1.
    Unlike kubernetes_asyncio (which retries once with the same stale resourceVersion) or kr8s (which
    loops on it), a 410 always leads to a fresh list.
-5. 429 and 5xx answers and connection errors back off with jitter, honouring ``Retry-After``; a watch
+5. 429 and 5xx answers and connection errors back off with jitter, honouring ``Retry-After``: on a
+   list they lead to another list, on a watch to a new watch from the same resourceVersion. A watch
    that ends at once without any event also backs off, so a misbehaving server cannot make us spin.
+   Other errors (403, 400...) back off and re-list.
 """
 
 from __future__ import annotations
@@ -166,11 +168,13 @@ class Reflector:
             except ApiError as exc:
                 if exc.gone:
                     raise WatchExpired() from exc
-                if exc.status != 0:
+                if not exc.retryable:
                     raise
-                log.info("reflector %s: watch connection lost (%s), resuming from %s",
-                         self.resource.plural, exc.message, self.resource_version)
-                await self._sleep(self.backoff.next())
+                # Throttled, a server error or a dropped connection: the resourceVersion is still
+                # good, so resume the watch from it (as client-go does) instead of paying a re-list.
+                log.info("reflector %s: watch interrupted (%s), resuming from %s",
+                         self.resource.plural, exc, self.resource_version)
+                await self._sleep(self.backoff.next(exc.retry_after))
                 continue
             if got_event:
                 self.backoff.reset()

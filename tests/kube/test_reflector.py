@@ -149,6 +149,27 @@ async def test_list_errors_back_off_and_honour_retry_after(
         assert all(0 < d <= 0.05 * 1.2 for d in sleep.delays)
 
 
+@pytest.mark.parametrize(("status", "retry_after"), [(429, 3), (500, None)], ids=["429-retry-after", "500"])
+async def test_watch_errors_resume_from_the_same_resource_version(
+        http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep, status: int,
+        retry_after: int | None) -> None:
+    apiserver.inject(Fault(verb="watch", resource="nodes", status=status, retry_after=retry_after, times=2))
+    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(initial=0.01, maximum=0.05))
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(r.synced.wait(), 5)
+        await http.request("POST", b.NODES.path(), body=b.node("n1"))
+        await wait_for(lambda: names(r) == ["n1"])
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert r.lists == 1  # no re-list: the resourceVersion was still valid
+    assert len(sleep.delays) == 2
+    if retry_after is not None:
+        assert all(d >= retry_after for d in sleep.delays)
+
+
 async def test_watch_that_ends_immediately_backs_off_instead_of_spinning(
         http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep) -> None:
     apiserver.inject(Fault(verb="watch", resource="nodes", drop_after_events=0, times=None))
