@@ -104,6 +104,11 @@ def invalid(kind: str, group: str, name: str, causes: list[Cause]) -> StatusErro
                        group=group, kind=kind, name=name, causes=causes)
 
 
+def generic_invalid() -> StatusError:
+    """``NewGenericServerResponse``'s 422: a fixed message, the underlying error is dropped."""
+    return StatusError(422, "Invalid", "the server rejected our request due to an error in our request")
+
+
 def bad_request(message: str) -> StatusError:
     return StatusError(400, "BadRequest", message)
 
@@ -118,3 +123,17 @@ def unsupported_media_type(message: str) -> StatusError:
 
 def gone(message: str) -> StatusError:
     return StatusError(410, "Expired", message)
+
+
+def _go_kind(value: Any) -> str:
+    """How Go's decoder names a JSON value in an unmarshal type error."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "object" if isinstance(value, dict) else "array" if isinstance(value, list) else "string"
+
+
+def cannot_unmarshal(value: Any, into: str) -> StatusError:
+    """400 with Go's ``json: cannot unmarshal <kind> into Go value of type <into>``."""
+    return bad_request(f"json: cannot unmarshal {_go_kind(value)} into Go value of type {into}")

@@ -9,6 +9,9 @@ Reproduces (Kubernetes 1.36 wording, checked against apimachinery ``field/errors
 - ``errors.NewInvalid``: ``<Kind>.<group> "<name>" is invalid: <aggregate>`` where the aggregate is the
   single error or ``[e1, e2]`` with duplicate messages dropped (the causes keep every error).
 
+The Go renderings (``go_quote``, ``go_float``, ``go_json``, ``GoStruct``) are ``goformat``'s, re-exported here
+for the validators.
+
 Not reproduced: values that are Go structs with ``String()`` methods (we only ever hold JSON data),
 and the ``Origin``/declarative-validation bookkeeping fields, which never reach the wire.
 Versions differ: releases before the JSON rendering (kubernetes PR 132314, mid-2025) printed complex values
@@ -17,13 +20,18 @@ with ``%#v`` (``map[string]interface {}{...}``); before 1.32 TooLong read ``may 
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from gangscale.sim.apiserver.errors import Cause, StatusError
+from gangscale.sim.apiserver.goformat import GoStruct, go_float, go_json, go_quote, go_scalar
+
+__all__ = [
+    "DUPLICATE", "FORBIDDEN", "INTERNAL", "INVALID", "NOT_FOUND", "NOT_SUPPORTED", "OMIT", "REQUIRED",
+    "TOO_LONG", "TOO_MANY", "TYPE_INVALID", "FieldError", "GoStruct", "child", "duplicate", "forbidden",
+    "go_float", "go_json", "go_quote", "go_value", "index", "invalid", "not_supported", "required",
+    "to_invalid", "too_long", "too_many", "type_invalid",
+]
 
 REQUIRED = "FieldValueRequired"
 INVALID = "FieldValueInvalid"
@@ -140,101 +148,9 @@ def to_invalid(kind: str, group: str, name: str, errs: list[FieldError]) -> Stat
 
 # --- Go rendering ---------------------------------------------------------------------------------------
 
-_SIMPLE_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t",
-                   "\v": r"\v", "\\": r"\\", '"': r"\""}
-
-
-def go_quote(s: str) -> str:
-    """``strconv.Quote``: printable runes stay, the rest become Go escapes."""
-    out = ['"']
-    for ch in s:
-        if ch in _SIMPLE_ESCAPES:
-            out.append(_SIMPLE_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    out.append('"')
-    return "".join(out)
-
-
-def _digits(f: float) -> tuple[str, int]:
-    """Shortest round-trip digits and the decimal-point position, as strconv computes them."""
-    _, digits, exp = Decimal(repr(abs(f))).normalize().as_tuple()
-    text = "".join(str(d) for d in digits)
-    return text, len(text) + int(exp)
-
-
-def go_float(f: float, *, json_style: bool = False) -> str:
-    """``%v`` of a float64 (``'g'``, shortest, exponent from 1e+06 on) or its ``encoding/json`` form."""
-    if math.isnan(f):
-        return "NaN"
-    if math.isinf(f):
-        return "+Inf" if f > 0 else "-Inf"
-    if f == 0:
-        return "-0" if math.copysign(1, f) < 0 and not json_style else "0"
-    sign = "-" if f < 0 else ""
-    digs, point = _digits(f)
-    exp = point - 1
-    if json_style:
-        use_exp = abs(f) < 1e-6 or abs(f) >= 1e21
-    else:
-        use_exp = exp < -4 or exp >= 6
-    if use_exp:
-        mant = digs[0] + ("." + digs[1:] if len(digs) > 1 else "")
-        width = 1 if json_style else 2
-        return f"{sign}{mant}e{'-' if exp < 0 else '+'}{abs(exp):0{width}d}"
-    if point <= 0:
-        return f"{sign}0.{'0' * -point}{digs}"
-    if point >= len(digs):
-        return f"{sign}{digs}{'0' * (point - len(digs))}"
-    return f"{sign}{digs[:point]}.{digs[point:]}"
-
-
-_JSON_ESCAPES = re.compile(r'[\x00-\x1f"\\<>&\u2028\u2029]')
-_JSON_NAMED = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _json_str(s: str) -> str:
-    return '"' + _JSON_ESCAPES.sub(lambda m: _JSON_NAMED.get(m.group(), f"\\u{ord(m.group()):04x}"), s) + '"'
-
-
-class GoStruct(dict[str, Any]):
-    """A Go struct value: marshalled in field (insertion) order instead of sorted map order."""
-
-
-def go_json(v: Any) -> str:
-    """``encoding/json.Marshal`` of decoded JSON data: compact, map keys sorted, HTML-safe escapes."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return go_float(v, json_style=True)
-    if isinstance(v, str):
-        return _json_str(v)
-    if isinstance(v, dict):
-        keys = list(v) if isinstance(v, GoStruct) else sorted(v)
-        return "{" + ",".join(f"{_json_str(str(k))}:{go_json(v[k])}" for k in keys) + "}"
-    if isinstance(v, list | tuple):
-        return "[" + ",".join(go_json(x) for x in v) + "]"
-    return _json_str(str(v))
-
-
 def go_value(v: Any) -> str:
-    """How ``ErrorBody`` prints a bad value."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return go_float(v)
-    if isinstance(v, str):
-        return go_quote(v)
-    return go_json(v)
+    """How ``ErrorBody`` prints a bad value: ``%v`` for bools and numbers, ``%q`` for strings, else JSON."""
+    scalar = go_scalar(v)
+    if scalar is not None:
+        return scalar
+    return go_quote(v) if isinstance(v, str) else go_json(v)
