@@ -172,3 +172,21 @@ async def test_ready_node_loses_not_ready_taint(http: KubeHTTP, apiserver: Embed
         return not any(t["key"] == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints") or [])
 
     await wait_for(untainted)
+
+
+async def test_foreground_deletion_removes_dependents_first(http: KubeHTTP, apiserver: EmbeddedAPIServer) -> None:
+    owner = await http.request("POST", b.PROVREQS.path("default"), body=b.provreq("pr1"))
+    tmpl = b.pod_template("dep")
+    tmpl["metadata"]["ownerReferences"] = [{"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+                                            "name": "pr1", "uid": owner["metadata"]["uid"],
+                                            "blockOwnerDeletion": True}]
+    await http.request("POST", b.PODTEMPLATES.path("default"), body=tmpl)
+    held = await http.request("DELETE", b.PROVREQS.path("default", "pr1"),
+                              query={"propagationPolicy": "Foreground"})
+    assert held["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert held["metadata"]["deletionTimestamp"]
+    await apiserver.controllers.settle()
+    for path in (b.PODTEMPLATES.path("default", "dep"), b.PROVREQS.path("default", "pr1")):
+        with pytest.raises(ApiError) as err:
+            await http.request("GET", path)
+        assert err.value.status == 404

@@ -253,3 +253,12 @@ async def test_pod_spec_is_immutable_but_for_images(http: KubeHTTP) -> None:
         await http.request("PATCH", b.PODS.path("default", "p1"), content_type="application/merge-patch+json",
                            body={"spec": {"nodeName": "n1"}})
     assert err.value.status == 422 and "pod updates may not change fields" in err.value.message
+
+
+async def test_protobuf_only_clients_get_406(http: KubeHTTP) -> None:
+    resp = await http.api_client.rest_client.pool_manager.get(
+        http.api_client.configuration.host + b.NODES.path(),
+        headers={"Accept": "application/vnd.kubernetes.protobuf"})
+    async with resp:
+        body = await resp.json()
+    assert resp.status == 406 and body["reason"] == "NotAcceptable"

@@ -158,6 +158,7 @@ class EmbeddedAPIServer:
     async def _dispatch(self, request: web.Request, log_entry: dict[str, Any]) -> web.StreamResponse:
         if self.faults.down:
             raise StatusError(503, "ServiceUnavailable", "the server is currently unable to handle the request")
+        _check_accept(request.headers.get("Accept", ""))
         target = resolve(self.registry, request.path)
         if isinstance(target, str) or target is None:
             if request.method != "GET":
@@ -324,6 +325,19 @@ class EmbeddedAPIServer:
                              f'pod {t.name} is already assigned to node "{current}"')
         self.api.bind_pod(t.namespace or "", t.name or "", node, ctx)
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+
+
+def _check_accept(accept: str) -> None:
+    """406 when the client accepts no JSON: this server does not encode protobuf or CBOR."""
+    if not accept:
+        return
+    for part in accept.split(","):
+        media = part.split(";")[0].strip().lower()
+        if media in ("*/*", "application/*", "application/json", "application/yaml", "text/plain") or \
+                media.endswith("+json"):
+            return
+    raise StatusError(406, "NotAcceptable",
+                      "only the following media types are accepted: application/json, application/yaml")
 
 
 def _verb(request: web.Request, t: Target) -> str:
