@@ -10,6 +10,7 @@ from gangscale.kube.errors import ApiError
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault
 from tests import builders as b
+from tests.conftest import wait_for
 
 
 @pytest.mark.parametrize(("status", "reason", "retry_after"), [
@@ -42,10 +43,21 @@ async def test_fault_matches_verb_resource_and_name(http: KubeHTTP, apiserver: E
 
 
 async def test_latency_is_added(http: KubeHTTP, apiserver: EmbeddedAPIServer) -> None:
-    fault = apiserver.inject(verb="get", resource="nodes", latency=0.05, times=1)
-    await http.request("POST", b.NODES.path(), body=b.node("n1"))
-    await http.request("GET", b.NODES.path(name="n1"))
-    assert fault.hits == 1
+    await http.request("POST", b.NODES.path(), body=b.node("slow"))
+    await http.request("POST", b.NODES.path(), body=b.node("fast"))
+    fault = apiserver.inject(verb="get", resource="nodes", name="slow", latency=0.5, times=1)
+    finished: list[str] = []
+
+    async def get(name: str) -> None:
+        await http.request("GET", b.NODES.path(name=name))
+        finished.append(name)
+
+    slow = asyncio.create_task(get("slow"))
+    await wait_for(lambda: fault.hits == 1)  # the slow request is inside the server, delayed
+    await get("fast")
+    await slow
+    # Ordering, not timing: the request that arrived first answered last.
+    assert finished == ["fast", "slow"]
 
 
 async def test_server_down_switch(http: KubeHTTP, apiserver: EmbeddedAPIServer) -> None:

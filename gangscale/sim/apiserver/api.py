@@ -62,8 +62,6 @@ class ObjectAPI(DeletionVerbs):
         self.registry = registry
         self.clock = clock
         self.rng = rng or random.Random()
-        # Called after each real (non-dry-run) deletion: garbage collection and friends listen here.
-        self.on_deleted: list[Callable[[ResourceType, JSON], None]] = []
 
     # --- helpers -------------------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ namespace controller. Preconditions on uid or resourceVersion that do not hold a
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,6 @@ class DeletionVerbs:
 
     store: Store
     registry: Registry
-    on_deleted: list[Callable[[ResourceType, JSON], None]]
 
     def _now(self) -> str:
         raise NotImplementedError
@@ -98,7 +96,4 @@ class DeletionVerbs:
         if rt.kind == "CustomResourceDefinition":
             for t in self.registry.remove_crd(name):
                 self.store.drop_resource(StorageKey(t.group, t.plural))
-        out = from_storage(rt, last)
-        for hook in self.on_deleted:
-            hook(rt, out)
-        return out
+        return from_storage(rt, last)

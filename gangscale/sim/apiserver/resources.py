@@ -157,9 +157,6 @@ class Registry:
     def types(self) -> list[ResourceType]:
         return sorted(self._by_path.values(), key=lambda t: (t.group, t.version, t.plural))
 
-    def versions_of(self, group: str, plural: str) -> list[ResourceType]:
-        return [t for t in self.types() if t.group == group and t.plural == plural]
-
     def groups(self) -> dict[str, list[str]]:
         """group -> served versions, preferred (storage) version first."""
         out: dict[str, list[str]] = {}

@@ -20,6 +20,7 @@ from aiohttp import web
 from gangscale.sim.apiserver import discovery, selectors
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver.api import ObjectAPI, WriteContext
+from gangscale.sim.apiserver.applychecks import manager_from_user_agent
 from gangscale.sim.apiserver.builtin import install_builtins
 from gangscale.sim.apiserver.controllers import ControllerManager
 from gangscale.sim.apiserver.deletion import DeleteOptions
@@ -52,11 +53,9 @@ def _not_found_path() -> StatusError:
 
 
 def _manager(request: web.Request) -> tuple[str, bool]:
-    explicit = request.query.get("fieldManager")
-    if explicit:
-        return explicit[:128], True
-    agent = request.headers.get("User-Agent", "unknown")
-    return agent.split("/", 1)[0][:128], False
+    """(manager, whether the request named it); an explicit name is validated later, not cut."""
+    explicit = request.query.get("fieldManager") or None
+    return manager_from_user_agent(explicit, request.headers.get("User-Agent", "")), explicit is not None
 
 
 class EmbeddedAPIServer:

@@ -109,9 +109,6 @@ class Store:
             if ns is None or ons == ns:
                 yield obj
 
-    def count(self, key: StorageKey) -> int:
-        return len(self._objects.get(key, {}))
-
     # --- writes --------------------------------------------------------------------------------------
 
     def put(self, key: StorageKey, obj: JSON, *, added: bool) -> JSON:
@@ -179,9 +176,6 @@ class Store:
     def unsubscribe(self, watcher: Watcher) -> None:
         self._watchers.get(watcher.key, set()).discard(watcher)
         watcher.closed = True
-
-    def watchers(self, key: StorageKey) -> list[Watcher]:
-        return list(self._watchers.get(key, ()))
 
     def close_all_watchers(self) -> None:
         for ws in self._watchers.values():
