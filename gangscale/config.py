@@ -1,0 +1,292 @@
+"""The node-pool file: YAML in, resolved :class:`~gangscale.model.nodepool.NodePool` objects out.
+
+```yaml
+planner:                       # optional
+  policy: [waste, price, nodes]
+  extendedResourceToleration: true
+nodePools:
+  - name: tpu-v5e-2x4
+    machineType: ct5lp-hightpu-4t
+    tpuTopology: 2x4           # a catalog TPU type derives nodesPerUnit from it (here 2)
+    maxUnits: 3                # required
+    simulated: {stock: 2, provisionSeconds: 30}
+```
+
+Resolution applies the built-in machine catalog (:mod:`gangscale.model.catalog`) and lets the file override it
+key by key: ``allocatable`` entries replace the catalog's estimate, ``labels`` replace derived labels, and
+``nodesPerUnit`` replaces the slice size derived from the topology.
+
+``maxUnits`` is required: with accelerators that cost tens of dollars an hour, a pool without a stated maximum
+is an unbounded bill waiting for a runaway gang. Every problem in the file is collected and reported at once in
+a single :class:`ConfigError`, each naming the pool and field (``nodePools[1] (a3-h100).maxUnits: ...``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gangscale.configschema import PlannerSpec, PoolFileSpec, PoolSpec
+from gangscale.model.catalog import CATALOG, machine_labels, node_allocatable, topology_chips, tpu_hosts
+from gangscale.model.nodepool import INSTANCE_TYPE_LABEL, POOL_LABEL, ZONE_LABEL, NodePool
+from gangscale.model.policy import DEFAULT_CRITERIA, Policy
+from gangscale.model.quantity import QuantityError, canonical
+from gangscale.model.resources import CPU, DEFAULT_MAX_PODS, MEMORY, PODS, ResourceList
+from gangscale.model.scheduling import Taint
+
+#: GKE labels every node with its node pool's name; gangscale's pools on GCE machine types mirror it.
+GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+
+
+class ConfigError(ValueError):
+    """A pool file gangscale cannot use. The message lists every problem, one per line, prefixed by the source."""
+
+    def __init__(self, source: str, problems: Sequence[str]) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        super().__init__("\n".join(f"{source}: {problem}" for problem in self.problems))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolFile:
+    pools: tuple[NodePool, ...]
+    policy: Policy = field(default_factory=Policy)
+
+
+def load_pool_file(path: str | os.PathLike[str]) -> PoolFile:
+    source = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, [f"cannot read the pool file: {exc}"]) from None
+    return parse_pool_yaml(text, source)
+
+
+def parse_pool_yaml(text: str, source: str = "<config>") -> PoolFile:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, [_yaml_problem(exc)]) from None
+    return parse_pool_file(data, source)
+
+
+def parse_pool_file(data: object, source: str = "<config>") -> PoolFile:
+    """Validate and resolve an already-loaded pool file (``data`` as ``yaml.safe_load`` returns it)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(source, [f"expected a mapping with a nodePools list at the top level, got {_kind(data)}"])
+    problems: list[str] = []
+    try:
+        PoolFileSpec.model_validate(data)
+    except ValidationError as exc:
+        problems.extend(_schema_problems(exc, PoolFileSpec, ""))
+    policy = _policy(data.get("planner"), problems)
+    pools: list[NodePool] = []
+    first_index: dict[str, int] = {}
+    raw_pools = data.get("nodePools")
+    # Pools are checked even when the top level has problems, so one run reports everything.
+    for index, raw in enumerate(raw_pools if isinstance(raw_pools, list) else ()):
+        where = _pool_where(index, raw)
+        name = raw.get("name") if isinstance(raw, Mapping) else None
+        if isinstance(name, str) and name in first_index:
+            problems.append(f"{where}.name: duplicate pool name; nodePools[{first_index[name]}] already uses it")
+        elif isinstance(name, str):
+            first_index[name] = index
+        pool = _resolve_pool(raw, where, problems)
+        if pool is not None:
+            pools.append(pool)
+    if problems:
+        raise ConfigError(source, problems)
+    return PoolFile(tuple(pools), policy)
+
+
+def _policy(raw: object, problems: list[str]) -> Policy:
+    try:
+        spec = PlannerSpec.model_validate({} if raw is None else raw)
+    except ValidationError as exc:
+        problems.extend(_schema_problems(exc, PlannerSpec, "planner"))
+        return Policy()
+    criteria = DEFAULT_CRITERIA if spec.policy is None else tuple(spec.policy)
+    try:
+        return Policy(criteria, spec.extended_resource_toleration)
+    except ValueError as exc:
+        problems.append(f"planner.policy: {exc}")
+        return Policy()
+
+
+def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | None:
+    try:
+        spec = PoolSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(_schema_problems(exc, PoolSpec, where))
+        return None
+    issues: list[tuple[str, str]] = []
+    allocatable = _allocatable(spec, issues)
+    nodes_per_unit = _nodes_per_unit(spec, issues)
+    if POOL_LABEL in spec.labels:
+        # Nodes are matched back to their pool by this label; overriding it would orphan them.
+        issues.append((f"labels.{POOL_LABEL}", "is set by gangscale to the pool's name and cannot be overridden"))
+    if spec.min_units > spec.max_units:
+        issues.append(("minUnits", f"must not exceed maxUnits ({spec.max_units}); got {spec.min_units}"))
+    if issues:
+        problems.extend(f"{where}.{name}: {message}" for name, message in issues)
+        return None
+    return NodePool(
+        name=spec.name,
+        allocatable=allocatable,
+        max_units=spec.max_units,
+        labels=_labels(spec),
+        taints=tuple(Taint(taint.key, taint.value, taint.effect) for taint in spec.taints),
+        nodes_per_unit=nodes_per_unit,
+        min_units=spec.min_units,
+        zone=spec.zone,
+        machine_type=spec.machine_type,
+        tpu_topology=spec.tpu_topology,
+        price_per_unit_hour=spec.price_per_unit_hour,
+        provider={"simulated": spec.simulated.model_dump(by_alias=True)} if spec.simulated else {},
+    )
+
+
+def _allocatable(spec: PoolSpec, issues: list[tuple[str, str]]) -> ResourceList:
+    machine = CATALOG.get(spec.machine_type)
+    amounts = dict(node_allocatable(machine)) if machine else {}
+    unparsed: set[str] = set()
+    for resource, value in spec.allocatable.items():
+        try:
+            amounts[resource] = canonical(resource, value)
+        except QuantityError as exc:
+            issues.append((f"allocatable.{resource}", str(exc)))
+            unparsed.add(resource)
+    amounts.setdefault(PODS, DEFAULT_MAX_PODS)
+    missing = [name for name in (CPU, MEMORY) if name not in amounts and name not in unparsed]
+    if missing:
+        why = (f"machine type {spec.machine_type!r} is not in the built-in catalog" if spec.machine_type
+               else "there is no machineType")
+        issues.append(("allocatable", f"{why}, so allocatable must give cpu and memory; missing {', '.join(missing)}"))
+    return ResourceList(amounts)
+
+
+def _nodes_per_unit(spec: PoolSpec, issues: list[tuple[str, str]]) -> int:
+    topology, explicit = spec.tpu_topology, spec.nodes_per_unit
+    if not topology:
+        return explicit or 1
+    machine = CATALOG.get(spec.machine_type)
+    if machine is not None and not machine.is_tpu:
+        issues.append(("tpuTopology", f"machine type {machine.name} has no TPUs; tpuTopology applies only to TPU "
+                                      "machine types"))
+        return explicit or 1
+    derived: int | None = None
+    try:
+        if machine is None:
+            topology_chips(topology)  # without chips per VM, only the syntax can be checked
+        else:
+            derived = tpu_hosts(machine, topology)
+    except ValueError as exc:
+        issues.append(("tpuTopology", str(exc)))
+        return explicit or 1
+    if explicit is None and derived is None:
+        issues.append(("nodesPerUnit", f"required with tpuTopology because machine type {spec.machine_type!r} is "
+                                       f"not in the built-in catalog, so the VMs per {topology} slice are unknown"))
+    return explicit or derived or 1
+
+
+def _labels(spec: PoolSpec) -> dict[str, str]:
+    machine = CATALOG.get(spec.machine_type)
+    labels = machine_labels(machine, spec.tpu_topology) if machine else {}
+    labels[POOL_LABEL] = spec.name
+    if spec.machine_type:
+        labels[INSTANCE_TYPE_LABEL] = spec.machine_type
+    if spec.zone:
+        labels[ZONE_LABEL] = spec.zone
+    if machine:
+        labels[GKE_NODEPOOL_LABEL] = spec.name
+    labels.update(spec.labels)
+    return labels
+
+
+def _schema_problems(exc: ValidationError, model: type[BaseModel], where: str) -> list[str]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = _unknown_field(model, loc)
+        elif error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+            message = f"expected a mapping, got {_kind(error['input'])}"
+        elif error["type"] == "too_short" and loc == ("nodePools",):
+            message = "must list at least one pool"
+        elif error["type"] == "missing" and loc == ("maxUnits",):
+            message += " (every pool needs a maximum, so a runaway gang cannot buy unbounded capacity)"
+        path = ".".join(part for part in (where, _format_loc(loc)) if part)
+        problems.append(f"{path or '(top level)'}: {message}")
+    return problems
+
+
+def _unknown_field(root: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    parent = _model_at(root, loc[:-1])
+    if parent is None:
+        return "unknown field"
+    known = [info.alias or name for name, info in parent.model_fields.items()]
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    if close:
+        return f"unknown field; did you mean {close[0]}?"
+    return f"unknown field; expected one of {', '.join(known)}"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The schema model that validates the object at ``loc`` (list indexes are skipped)."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = {info.alias or name: info for name, info in current.model_fields.items()} if current else {}
+        if part not in fields:
+            return None
+        current = _model_in(fields[part].annotation)
+    return current
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and not isinstance(annotation, types.GenericAlias) \
+            and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _format_loc(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _pool_where(index: int, raw: object) -> str:
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return f"nodePools[{index}] ({name})" if isinstance(name, str) and name else f"nodePools[{index}]"
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        detail = ", ".join(part for part in (exc.context, exc.problem) if part)
+        return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {detail}"
+    return f"invalid YAML: {exc}"
+
+
+def _kind(data: object) -> str:
+    if data is None:
+        return "nothing (an empty value)"
+    name = type(data).__name__
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"

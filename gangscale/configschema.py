@@ -1,0 +1,91 @@
+"""The node-pool file's schema, as strict pydantic models (see :mod:`gangscale.config` for what it means).
+
+Every model forbids unknown keys, so a typo such as ``maxUnit`` is an error rather than a silently ignored
+field. Validation is strict: YAML's ``yes``/``1``/``1.0`` are not quietly turned into strings or ints, and a
+label value must be a string, as Kubernetes demands.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from gangscale.model.scheduling import TAINT_EFFECTS
+
+#: Upper bound on ``maxUnits``: a guard against a stray digit, not a statement about any cloud's capacity.
+MAX_UNITS_LIMIT = 100_000
+DEFAULT_PROVISION_SECONDS = 60.0
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL_MAX = 63
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, alias_generator=to_camel)
+
+
+class TaintSpec(_Strict):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: str
+
+    @field_validator("effect")
+    @classmethod
+    def _known_effect(cls, effect: str) -> str:
+        if effect not in TAINT_EFFECTS:
+            raise PydanticCustomError("taint_effect", "must be one of {effects}; got '{effect}'",
+                                      {"effects": ", ".join(TAINT_EFFECTS), "effect": effect})
+        return effect
+
+
+class SimulatedSpec(_Strict):
+    """The simulated provider's knobs. ``stock`` is units it can still hand out (None: unlimited)."""
+
+    stock: int | None = Field(default=None, ge=0)
+    provision_seconds: float = Field(default=DEFAULT_PROVISION_SECONDS, ge=0)
+
+
+class PoolSpec(_Strict):
+    """One ``nodePools[]`` entry, as written; :func:`gangscale.config.parse_pool_file` resolves it."""
+
+    name: str
+    machine_type: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    # Quantities are checked while resolving, where a bad one can be reported with its resource name.
+    allocatable: dict[str, Any] = Field(default_factory=dict)
+    tpu_topology: str = ""
+    nodes_per_unit: int | None = Field(default=None, ge=1)
+    min_units: int = Field(default=0, ge=0)
+    # Required on purpose: a pool without a maximum could scale expensive accelerators without bound.
+    max_units: int = Field(ge=0, le=MAX_UNITS_LIMIT)
+    zone: str = ""
+    price_per_unit_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    simulated: SimulatedSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, name: str) -> str:
+        if len(name) > _DNS_LABEL_MAX or not _DNS_LABEL.match(name):
+            raise PydanticCustomError(
+                "dns_label", "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
+                "with a letter or digit, at most 63 characters; got '{name}'", {"name": name})
+        return name
+
+
+class PlannerSpec(_Strict):
+    # Criterion names are checked by gangscale.model.policy.Policy, the one place that knows them.
+    policy: list[str] | None = None
+    extended_resource_toleration: bool = True
+
+
+class PoolFileSpec(_Strict):
+    """The top level's keys. Pools and the planner section are validated separately, so that a problem in one
+    does not hide the problems in the others."""
+
+    node_pools: list[Any] = Field(min_length=1)
+    planner: Any = None

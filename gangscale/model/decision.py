@@ -1,0 +1,107 @@
+"""What the planner decided for one gang, as plain data (rendered for humans by ``gangscale.planner.explain``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gangscale.model.policy import NODES, PRICE, WASTE
+
+
+class Outcome(StrEnum):
+    #: Every pod fits on free capacity of Ready nodes; nothing to scale.
+    FITS = "Fits"
+    #: Adding the steps' units places every pod that free capacity cannot.
+    SCALE_UP = "ScaleUp"
+    #: No plan places every pod; the reasons say why, per pool.
+    INFEASIBLE = "Infeasible"
+
+
+class ReasonCode(StrEnum):
+    """Why a pool could not take (part of) a gang. Stable strings: metrics and events use them."""
+
+    SELECTOR = "NodeSelector"
+    AFFINITY = "NodeAffinity"
+    TAINT = "Taint"
+    TOO_LARGE = "PodTooLarge"
+    BACKED_OFF = "BackedOff"
+    MAX_UNITS = "MaxUnits"
+    QUOTA = "Quota"
+    ZONE = "Zone"
+    NO_POOL = "NoPool"
+    CAPACITY = "Capacity"
+    INVALID = "Invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReason:
+    pool: str  # "" for a reason about the gang as a whole
+    code: ReasonCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """``count`` pods of ``pod_set`` on the existing node ``node``."""
+
+    pod_set: str
+    node: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleStep:
+    """Add ``units`` units (``nodes`` nodes) to ``pool``."""
+
+    pool: str
+    units: int
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewNodes:
+    """``nodes`` new nodes of ``pool`` that each receive ``pods`` (pod set name, count); empty for padding."""
+
+    pool: str
+    nodes: int
+    pods: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Cost:
+    accelerator_waste: int = 0
+    cpu_waste: int = 0
+    price: float = 0.0
+    nodes: int = 0
+
+    def key(self, criteria: tuple[str, ...]) -> tuple[float, ...]:
+        parts: list[float] = []
+        for criterion in criteria:
+            if criterion == WASTE:
+                parts += [self.accelerator_waste, self.cpu_waste]
+            elif criterion == PRICE:
+                parts.append(round(self.price, 6))
+            elif criterion == NODES:
+                parts.append(self.nodes)
+        return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    gang: str
+    outcome: Outcome
+    #: The zone every node of the gang is in; ``None`` when the gang may spread (or needs no node).
+    zone: str | None = None
+    placements: tuple[Placement, ...] = ()
+    steps: tuple[ScaleStep, ...] = ()
+    new_nodes: tuple[NewNodes, ...] = ()
+    cost: Cost = Cost()
+    reasons: tuple[PoolReason, ...] = ()
+
+    @property
+    def feasible(self) -> bool:
+        return self.outcome is not Outcome.INFEASIBLE
+
+    @property
+    def new_node_count(self) -> int:
+        return sum(step.nodes for step in self.steps)

@@ -1,0 +1,205 @@
+"""What one pod needs from a node, computed from its pod spec as the scheduler computes it.
+
+Effective requests follow ``k8s.io/component-helpers`` ``resource.PodRequests``:
+
+- a container's missing request for a resource it limits takes the limit (API defaulting does this);
+- regular containers are summed; a sidecar (an init container with ``restartPolicy: Always``) adds to
+  that sum and stays for the pod's life; a regular init container needs its own request plus the
+  sidecars started before it; the pod needs the larger of the two;
+- pod-level ``spec.resources`` (cpu, memory, hugepages), where set, replace the containers' aggregate;
+- ``spec.overhead`` (set by the RuntimeClass admission plugin) is added;
+- every pod takes one of the node's ``pods``.
+
+Placement constraints kept: ``nodeSelector``, required node affinity, tolerations, and required pod
+anti-affinity on ``kubernetes.io/hostname`` (the one-pod-per-node pattern of multi-host jobs). Assumption,
+also in the README: other required inter-pod (anti-)affinity terms (zone topology keys, pod affinity) are
+recorded in :attr:`PodDemand.ignored` and not planned for; anti-affinity is judged within the gang only,
+not against pods already running (which the gang's own labels rarely select).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gangscale.model.quantity import QuantityError
+from gangscale.model.resources import PODS, ResourceList
+from gangscale.model.scheduling import (
+    LabelSelector,
+    NodeAffinity,
+    NodeSelectorTerm,
+    SpecError,
+    Taint,
+    Toleration,
+    as_mapping,
+    as_sequence,
+    as_string_map,
+    untolerated,
+)
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: Resources that pod-level ``spec.resources`` may set.
+POD_LEVEL_RESOURCES = ("cpu", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class PodDemand:
+    """One pod's requests and placement constraints; equal demands compare and hash equal."""
+
+    requests: ResourceList
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: NodeAffinity | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    #: Required anti-affinity terms with topology ``kubernetes.io/hostname``: no two pods of the gang that
+    #: one of these selects share a node with this pod.
+    anti_affinity: tuple[LabelSelector, ...] = ()
+    #: Constraints the planner does not model, as human-readable notes.
+    ignored: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    def repels(self, other: PodDemand) -> bool:
+        """Whether a pod of ``self`` and a pod of ``other`` may not share a node (either side's terms)."""
+        other_labels, own_labels = other.label_map, self.label_map
+        return (any(selector.matches(other_labels) for selector in self.anti_affinity)
+                or any(selector.matches(own_labels) for selector in other.anti_affinity))
+
+    @property
+    def names_nodes(self) -> bool:
+        """Whether placement depends on a node's own name, not only its pool's labels."""
+        return (any(key == HOSTNAME_LABEL for key, _ in self.node_selector)
+                or (self.affinity is not None and (self.affinity.names_nodes or any(
+                    r.key == HOSTNAME_LABEL for term in self.affinity.terms for r in term.expressions))))
+
+    def selects(self, labels: Mapping[str, str], node_name: str | None = None) -> str | None:
+        """``None`` if a node with these labels passes nodeSelector and affinity, else why not."""
+        for key, value in self.node_selector:
+            if labels.get(key) != value:
+                have = labels.get(key)
+                return (f"nodeSelector {key}={value} does not match (node has "
+                        f"{f'{key}={have}' if have is not None else f'no {key} label'})")
+        if self.affinity is not None and not self.affinity.matches(labels, node_name):
+            return f"required node affinity {self.affinity} does not match"
+        return None
+
+    def blocking_taint(self, taints: Sequence[Taint], extended_resource_toleration: bool = True) -> Taint | None:
+        """The first taint that keeps this pod off; see :func:`gangscale.model.scheduling.untolerated`.
+
+        With ``extended_resource_toleration`` a pod tolerates taints keyed by an extended resource it
+        requests, as the ``ExtendedResourceToleration`` admission plugin arranges at pod creation (a
+        ProvisioningRequest's PodTemplate never went through admission, so it cannot carry them).
+        """
+        implicit = frozenset(name for name in self.requests if "/" in name) if extended_resource_toleration \
+            else frozenset()
+        return untolerated(taints, self.tolerations, implicit)
+
+
+def container_requests(container: Mapping[str, Any], path: str) -> ResourceList:
+    resources = as_mapping(container.get("resources"), f"{path}.resources")
+    limits = ResourceList.parse(as_mapping(resources.get("limits"), f"{path}.resources.limits"),
+                                f"{path}.resources.limits")
+    requests = ResourceList.parse(as_mapping(resources.get("requests"), f"{path}.resources.requests"),
+                                  f"{path}.resources.requests")
+    # API defaulting: a limit without a request sets the request.
+    return ResourceList({**dict(limits), **dict(requests)})
+
+
+def pod_requests(spec: Mapping[str, Any], path: str = "spec") -> ResourceList:
+    """The pod's effective requests (see the module docstring), ``pods: 1`` included."""
+    try:
+        return _pod_requests(spec, path)
+    except QuantityError as exc:
+        raise SpecError(path, str(exc)) from None
+
+
+def _pod_requests(spec: Mapping[str, Any], path: str) -> ResourceList:
+    containers = as_sequence(spec.get("containers"), f"{path}.containers")
+    total = ResourceList()
+    for i, container in enumerate(containers):
+        total = total + container_requests(as_mapping(container, f"{path}.containers[{i}]"), f"{path}.containers[{i}]")
+    sidecars = ResourceList()
+    init_peak = ResourceList()
+    for i, raw in enumerate(as_sequence(spec.get("initContainers"), f"{path}.initContainers")):
+        where = f"{path}.initContainers[{i}]"
+        container = as_mapping(raw, where)
+        own = container_requests(container, where)
+        if container.get("restartPolicy") == "Always":
+            total = total + own
+            sidecars = sidecars + own
+            init_peak = init_peak.max_with(sidecars)
+        else:
+            init_peak = init_peak.max_with(own + sidecars)
+    effective = dict(total.max_with(init_peak))
+    pod_level = as_mapping(spec.get("resources"), f"{path}.resources")
+    if pod_level:
+        level = container_requests(spec, path)
+        for name, value in level.items():
+            if name in POD_LEVEL_RESOURCES or name.startswith("hugepages-"):
+                effective[name] = value
+    overhead = ResourceList.parse(as_mapping(spec.get("overhead"), f"{path}.overhead"), f"{path}.overhead")
+    result = ResourceList(effective) + overhead
+    return result + {PODS: 1}
+
+
+def _anti_affinity(spec: Mapping[str, Any], labels: Mapping[str, str], path: str,
+                   ignored: list[str]) -> tuple[LabelSelector, ...]:
+    affinity = as_mapping(spec.get("affinity"), f"{path}.affinity")
+    selectors: list[LabelSelector] = []
+    anti = as_mapping(affinity.get("podAntiAffinity"), f"{path}.affinity.podAntiAffinity")
+    where = f"{path}.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    for i, raw in enumerate(as_sequence(anti.get("requiredDuringSchedulingIgnoredDuringExecution"), where)):
+        term = as_mapping(raw, f"{where}[{i}]")
+        topology = term.get("topologyKey")
+        if topology != HOSTNAME_LABEL:
+            ignored.append(f"required pod anti-affinity on {topology!r} is not planned for")
+            continue
+        if term.get("labelSelector") is None:
+            continue  # a null selector matches no pod
+        selector = LabelSelector.parse(term["labelSelector"], f"{where}[{i}].labelSelector")
+        keys = as_sequence(term.get("matchLabelKeys"), f"{where}[{i}].matchLabelKeys")
+        selectors.append(selector.with_labels({str(k): labels[str(k)] for k in keys if str(k) in labels}))
+    pod_affinity = as_mapping(affinity.get("podAffinity"), f"{path}.affinity.podAffinity")
+    if pod_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"):
+        ignored.append("required pod affinity is not planned for")
+    return tuple(selectors)
+
+
+def _node_affinity(spec: Mapping[str, Any], path: str) -> NodeAffinity | None:
+    affinity = as_mapping(spec.get("affinity"), f"{path}.affinity")
+    node = as_mapping(affinity.get("nodeAffinity"), f"{path}.affinity.nodeAffinity")
+    where = f"{path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return None
+    terms = as_sequence(as_mapping(required, where).get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")
+    return NodeAffinity(tuple(NodeSelectorTerm.parse(term, f"{where}.nodeSelectorTerms[{i}]")
+                              for i, term in enumerate(terms)))
+
+
+def pod_demand(template: Mapping[str, Any], path: str = "template") -> PodDemand:
+    """A :class:`PodDemand` from a pod template (``{"metadata": {...}, "spec": {...}}``).
+
+    Raises :class:`SpecError` naming the field for anything malformed (a bad quantity, an unknown operator).
+    """
+    template = as_mapping(template, path)
+    metadata = as_mapping(template.get("metadata"), f"{path}.metadata")
+    labels = as_string_map(metadata.get("labels"), f"{path}.metadata.labels")
+    spec = as_mapping(template.get("spec"), f"{path}.spec")
+    if not as_sequence(spec.get("containers"), f"{path}.spec.containers"):
+        raise SpecError(f"{path}.spec.containers", "a pod needs at least one container")
+    ignored: list[str] = []
+    tolerations = tuple(Toleration.parse(item, f"{path}.spec.tolerations[{i}]")
+                        for i, item in enumerate(as_sequence(spec.get("tolerations"), f"{path}.spec.tolerations")))
+    return PodDemand(
+        requests=pod_requests(spec, f"{path}.spec"),
+        node_selector=tuple(sorted(as_string_map(spec.get("nodeSelector"), f"{path}.spec.nodeSelector").items())),
+        affinity=_node_affinity(spec, f"{path}.spec"),
+        tolerations=tolerations,
+        labels=tuple(sorted(labels.items())),
+        anti_affinity=_anti_affinity(spec, labels, f"{path}.spec", ignored),
+        ignored=tuple(ignored),
+    )

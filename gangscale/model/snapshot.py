@@ -1,0 +1,107 @@
+"""The cluster as the planner sees it at one instant: pools, nodes, bookings, quotas."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gangscale.model.nodepool import POOL_LABEL, ZONE_LABEL, NodePool
+from gangscale.model.resources import EMPTY, ResourceList
+from gangscale.model.scheduling import Taint
+
+#: Pseudo-resource a :class:`Quota` may count: the number of nodes.
+NODES_QUOTA = "nodes"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A registered node. Only Ready, schedulable nodes offer free capacity.
+
+    ``requested`` is the sum of the requests of the pods bound to it (terminated pods excluded).
+    """
+
+    name: str
+    allocatable: ResourceList
+    requested: ResourceList = EMPTY
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+
+    @property
+    def zone(self) -> str:
+        return self.labels.get(ZONE_LABEL, "")
+
+    @property
+    def pool(self) -> str | None:
+        return self.labels.get(POOL_LABEL)
+
+    @property
+    def free(self) -> ResourceList:
+        return self.allocatable - self.requested
+
+    @property
+    def usable(self) -> bool:
+        return self.ready and not self.unschedulable
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """A pool's units: ``units`` have registered nodes, ``inflight_units`` were asked for and have not.
+
+    ``backoff_until`` (seconds since the epoch) keeps the planner off a pool after a stockout;
+    ``backoff_reason`` says why, for the human reading the plan.
+    """
+
+    pool: NodePool
+    units: int = 0
+    inflight_units: int = 0
+    backoff_until: float | None = None
+    backoff_reason: str = ""
+
+    @property
+    def headroom(self) -> int:
+        """Units that may still be added under ``maxUnits``."""
+        return max(0, self.pool.max_units - self.units - self.inflight_units)
+
+    def backed_off(self, now: float) -> bool:
+        return self.backoff_until is not None and now < self.backoff_until
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """Capacity held on a node for a gang (a Provisioned ProvisioningRequest whose pods have not all arrived)."""
+
+    owner: str
+    node: str
+    requests: ResourceList
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A cloud quota: ``remaining`` of ``resource`` (or of :data:`NODES_QUOTA`) across ``pools`` (None: all)."""
+
+    name: str
+    resource: str
+    remaining: int
+    pools: frozenset[str] | None = None
+
+    def applies_to(self, pool: str) -> bool:
+        return self.pools is None or pool in self.pools
+
+    def per_unit(self, pool: NodePool) -> int:
+        """How much of the quota one unit of ``pool`` consumes."""
+        per_node = 1 if self.resource == NODES_QUOTA else pool.allocatable.get(self.resource)
+        return per_node * pool.nodes_per_unit
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    pools: tuple[PoolState, ...] = ()
+    nodes: tuple[NodeState, ...] = ()
+    bookings: tuple[Booking, ...] = ()
+    quotas: tuple[Quota, ...] = ()

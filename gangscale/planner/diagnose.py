@@ -1,0 +1,124 @@
+"""Why a gang cannot be placed, per pool, in words a person can act on.
+
+Runs only for infeasible gangs, so it may be thorough: each pool is judged against each pod set and the
+first obstacle is named (backed off, a selector or taint, a pod bigger than the node, maxUnits, quota);
+then the gang as a whole (a pod set no pool can run; no single zone that holds everything).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from gangscale.model.decision import PoolReason, ReasonCode
+from gangscale.model.nodepool import NodePool
+from gangscale.model.snapshot import PoolState
+from gangscale.planner.compat import Compatibility
+from gangscale.planner.pack import Group, ceil_div, fit_group
+from gangscale.planner.search import GangSearch
+from gangscale.planner.state import ClusterState
+
+
+def when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _units_for(pool: NodePool, vec: list[int], group: Group) -> tuple[int, int]:
+    """(nodes, units) of ``pool`` that ``group`` alone would need."""
+    units = ceil_div(ceil_div(group.count, fit_group(vec, group)), pool.nodes_per_unit)
+    return units * pool.nodes_per_unit, units
+
+
+def _limits(state: ClusterState, pool_state: PoolState, units: int, nodes: int, what: str) -> PoolReason | None:
+    pool = pool_state.pool
+    headroom = state.headroom.get(pool.name, 0)
+    if units > headroom:
+        taken = pool_state.headroom - headroom
+        detail = f"maxUnits {pool.max_units}: {pool_state.units} in use, {pool_state.inflight_units} in flight"
+        if taken:
+            detail += f", {taken} planned for gangs ahead of this one"
+        size = f" ({units} units of {pool.nodes_per_unit})" if pool.nodes_per_unit > 1 else ""
+        return PoolReason(pool.name, ReasonCode.MAX_UNITS,
+                          f"needs {nodes} nodes{size} for {what}, maxUnits leaves "
+                          f"{headroom * pool.nodes_per_unit} ({detail})")
+    for quota, left in zip(state.quotas, state.quota_left, strict=True):
+        per_unit = quota.per_unit(pool) if quota.applies_to(pool.name) else 0
+        if per_unit and units * per_unit > left:
+            return PoolReason(pool.name, ReasonCode.QUOTA,
+                              f"needs {units * per_unit} {quota.resource} for {what}, quota {quota.name} "
+                              f"leaves {left}")
+    return None
+
+
+def _pool_reason(state: ClusterState, compat: Compatibility, search: GangSearch,
+                 pool_state: PoolState) -> PoolReason | None:
+    pool = pool_state.pool
+    if pool_state.backed_off(state.now):
+        assert pool_state.backoff_until is not None
+        cause = pool_state.backoff_reason or "a failed scale-up"
+        return PoolReason(pool.name, ReasonCode.BACKED_OFF, f"backed off until {when(pool_state.backoff_until)} "
+                                                            f"after {cause}")
+    problems = {group.index: compat.pool_problem(group.demand, pool) for group in search.groups}
+    fitting = [group for group in search.groups if problems[group.index] is None]
+    if not fitting:
+        group = search.groups[0]
+        problem = problems[group.index]
+        assert problem is not None
+        return PoolReason(pool.name, problem.code, f"pod set {group.name!r}: {problem.message}")
+    vec = [pool.allocatable.get(name) for name in search.dims]
+    total_nodes = total_units = 0
+    for group in fitting:
+        nodes, units = _units_for(pool, vec, group)
+        total_nodes, total_units = total_nodes + nodes, total_units + units
+        limit = _limits(state, pool_state, units, nodes, f"pod set {group.name!r}")
+        if limit is not None:
+            return limit
+    if len(fitting) > 1:
+        limit = _limits(state, pool_state, total_units, total_nodes, "the pod sets it can run")
+        if limit is not None:
+            return limit
+    missing = [group for group in search.groups if problems[group.index] is not None]
+    if missing:
+        group = missing[0]
+        problem = problems[group.index]
+        assert problem is not None
+        names = ", ".join(repr(g.name) for g in fitting)
+        return PoolReason(pool.name, problem.code,
+                          f"could run pod set {names} but not {group.name!r}: {problem.message}")
+    return None
+
+
+def _gang_reasons(search: GangSearch, per_pool: list[PoolReason]) -> list[PoolReason]:
+    reasons: list[PoolReason] = []
+    for group in search.groups:
+        if search.pool_ok[group.index] or any(search.candidates(None, group)[:1]):
+            continue
+        why: dict[str, list[str]] = defaultdict(list)
+        for reason in per_pool:
+            why[reason.message.removeprefix(f"pod set {group.name!r}: ")].append(reason.pool)
+        detail = "; ".join(f"{', '.join(pools)}: {message}" for message, pools in sorted(why.items()))
+        reasons.append(PoolReason("", ReasonCode.NO_POOL, f"no node pool can run pod set {group.name!r}"
+                                                          + (f" ({detail})" if detail else "")))
+    misses = [s for s in search.shortfalls if s.group >= 0]
+    if reasons or not misses:
+        return reasons
+    closest = max(misses, key=lambda s: (s.placeable / s.needed, s.zone or ""))
+    room = (f"room for {closest.placeable} of {closest.needed} pods of pod set "
+            f"{search.groups[closest.group].name!r}")
+    if len({s.zone for s in misses}) > 1:
+        reasons.append(PoolReason("", ReasonCode.ZONE, f"no single zone can hold the whole gang (its nodes must "
+                                                       f"share a zone); closest: zone {closest.zone} has {room}"))
+    else:
+        where = f" in zone {closest.zone}" if closest.zone else ""
+        reasons.append(PoolReason("", ReasonCode.CAPACITY, f"free capacity and every pool{where} together have {room}"))
+    return reasons
+
+
+def diagnose(state: ClusterState, compat: Compatibility, search: GangSearch) -> tuple[PoolReason, ...]:
+    per_pool = [reason for name in sorted(state.pool_states)
+                if (reason := _pool_reason(state, compat, search, state.pool_states[name])) is not None]
+    reasons = _gang_reasons(search, per_pool) + per_pool
+    if not reasons:
+        reasons.append(PoolReason("", ReasonCode.NO_POOL, "no combination of free capacity and node pools "
+                                                          "places every pod"))
+    return tuple(reasons)
