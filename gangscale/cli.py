@@ -3,6 +3,8 @@
 Commands available now:
 
 - ``gangscale version``
+- ``gangscale pools FILE``: validate a node-pool file and show the pools it resolves to (exit 1 and every
+  problem on stderr if it is invalid).
 - ``gangscale sim apiserver [--port N] [--kubeconfig PATH] [--example] [--watch-window N]
   [--bookmark-interval S] [--for SECONDS]``: the embedded Kubernetes API server on 127.0.0.1, with a
   kubeconfig that kubectl and gangscale can use; runs until interrupted (or for ``--for`` seconds).
@@ -25,6 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gangscale", description="Gang-aware, all-or-nothing node pool autoscaler.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the version and exit")
+    pools = sub.add_parser("pools", help="validate a node-pool file and show the pools it resolves to",
+                           description="Validate a node-pool file and print each pool as gangscale resolves it "
+                                       "(machine catalog applied). Exits 1, listing every problem, if it is invalid.")
+    pools.add_argument("file", help="the node-pool YAML file")
     sim = sub.add_parser("sim", help="the embedded simulated cluster")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     api = sim_sub.add_parser(
@@ -50,9 +56,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(f"gangscale {__version__}")
         return 0
+    if args.command == "pools":
+        return _show_pools(args.file)
     if args.command == "sim" and args.sim_command == "apiserver":
         return asyncio.run(_run_apiserver(args))
     return 2
+
+
+def _show_pools(path: str) -> int:
+    from gangscale.config import ConfigError, load_pool_file
+    from gangscale.model.quantity import humanize
+
+    try:
+        pool_file = load_pool_file(path)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    rows = [("POOL", "ZONE", "MACHINE", "NODES/UNIT", "UNITS", "EACH NODE OFFERS", "TAINTS")]
+    for pool in pool_file.pools:
+        rows.append((pool.name, pool.zone or "-", pool.machine_type or "-", str(pool.nodes_per_unit),
+                     f"{pool.min_units}..{pool.max_units}",
+                     ", ".join(f"{name}: {humanize(name, value)}" for name, value in pool.allocatable.items()),
+                     ", ".join(str(t) for t in pool.taints) or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1])
+    print(f"policy: {', '.join(pool_file.policy.criteria)}; extendedResourceToleration: "
+          f"{str(pool_file.policy.extended_resource_toleration).lower()}")
+    return 0
 
 
 async def _run_apiserver(args: argparse.Namespace) -> int:

@@ -105,3 +105,12 @@ def format_quantity(resource: str, amount: int) -> str:
         if amount % factor == 0:
             return f"{amount // factor}{suffix}"
     return str(amount)
+
+
+def humanize(resource: str, amount: int) -> str:
+    """:func:`format_quantity`, but an odd byte count reads as ``~181.3Gi`` rather than 12 digits."""
+    text = format_quantity(resource, amount)
+    if text.isdigit() and amount >= 2**30 and resource not in MILLI_RESOURCES and not is_extended(resource) \
+            and resource != "pods":
+        return f"~{amount / 2**30:.1f}Gi"
+    return text

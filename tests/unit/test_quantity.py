@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from gangscale.model.quantity import QuantityError, canonical, format_quantity, parse_quantity
+from gangscale.model.quantity import QuantityError, canonical, format_quantity, humanize, parse_quantity
 from gangscale.model.resources import ResourceList
 
 PARSE = [
@@ -131,3 +131,11 @@ def test_resource_list_drops_zeros_and_hashes_by_value() -> None:
     assert a == b and hash(a) == hash(b) and "nvidia.com/gpu" not in a
     assert (a - {"cpu": 5000}) == ResourceList()
     assert str(ResourceList.parse({"cpu": "500m", "memory": "1Gi"})) == "{cpu: 500m, memory: 1Gi}"
+
+
+@pytest.mark.parametrize(("resource", "amount", "text"), [
+    ("memory", 194_671_909_273, "~181.3Gi"), ("memory", 16 * 2**30, "16Gi"), ("memory", 1001, "1001"),
+    ("cpu", 111_650, "111650m"), ("nvidia.com/gpu", 8, "8"),
+], ids=["odd-bytes", "exact-gi", "small", "cpu", "gpu"])
+def test_humanize(resource: str, amount: int, text: str) -> None:
+    assert humanize(resource, amount) == text
