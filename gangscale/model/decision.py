@@ -35,7 +35,8 @@ class ReasonCode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PoolReason:
-    pool: str  # "" for a reason about the gang as a whole
+    #: The pool; several names ("a, b and 3 more") for a reason that holds for each alike; "" for the gang.
+    pool: str
     code: ReasonCode
     message: str
 

@@ -57,6 +57,22 @@ class PodDemand:
     anti_affinity: tuple[LabelSelector, ...] = ()
     #: Constraints the planner does not model, as human-readable notes.
     ignored: tuple[str, ...] = field(default=(), compare=False)
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+    #: What decides which nodes admit the pod (labels and taints), with its hash computed once: many gangs
+    #: differ only in labels and share it, so the planner caches compatibility by it.
+    placement: object = field(default=None, init=False, repr=False, compare=False)
+    names_nodes: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Demands key the planner's caches, so hashing must not re-walk every field each time.
+        object.__setattr__(self, "_hash", hash((self.requests, self.node_selector, self.affinity, self.tolerations,
+                                                self.labels, self.anti_affinity)))
+        extended = tuple(name for name in self.requests if "/" in name)
+        object.__setattr__(self, "placement", _Key((self.node_selector, self.affinity, self.tolerations, extended)))
+        object.__setattr__(self, "names_nodes", self._names_nodes())
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def label_map(self) -> dict[str, str]:
@@ -68,8 +84,7 @@ class PodDemand:
         return (any(selector.matches(other_labels) for selector in self.anti_affinity)
                 or any(selector.matches(own_labels) for selector in other.anti_affinity))
 
-    @property
-    def names_nodes(self) -> bool:
+    def _names_nodes(self) -> bool:
         """Whether placement depends on a node's own name, not only its pool's labels."""
         return (any(key == HOSTNAME_LABEL for key, _ in self.node_selector)
                 or (self.affinity is not None and (self.affinity.names_nodes or any(
@@ -96,6 +111,22 @@ class PodDemand:
         implicit = frozenset(name for name in self.requests if "/" in name) if extended_resource_toleration \
             else frozenset()
         return untolerated(taints, self.tolerations, implicit)
+
+
+class _Key:
+    """A hashable value that computes its hash once (it keys hot caches)."""
+
+    __slots__ = ("_hash", "items")
+
+    def __init__(self, items: tuple[object, ...]) -> None:
+        self.items = items
+        self._hash = hash(items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and (self is other or self.items == other.items)
 
 
 def container_requests(container: Mapping[str, Any], path: str) -> ResourceList:

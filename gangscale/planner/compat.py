@@ -53,13 +53,15 @@ class Compatibility:
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._nodes: dict[tuple[PodDemand, NodeShape], bool] = {}
-        self._pools: dict[tuple[PodDemand, str], PoolReason | None] = {}
+        self._nodes: dict[tuple[object, int], bool] = {}
+        self._pools: dict[tuple[object, ResourceList, str], PoolReason | None] = {}
+        self._usable: dict[tuple[object, ResourceList], list[NodePool]] = {}
 
-    def node_ok(self, demand: PodDemand, node: NodeState, shape: NodeShape) -> bool:
+    def node_ok(self, demand: PodDemand, node: NodeState, shape: int) -> bool:
+        """Whether ``node`` (of shape id ``shape``, see ``ClusterState.shape_of``) admits the pod."""
         if demand.names_nodes:
             return placement_problem(demand, node.labels, node.taints, self.policy, node.name) is None
-        key = (demand, shape)
+        key = (demand.placement, shape)
         cached = self._nodes.get(key)
         if cached is None:
             cached = placement_problem(demand, node.labels, node.taints, self.policy, node.name) is None
@@ -68,14 +70,20 @@ class Compatibility:
 
     def pool_problem(self, demand: PodDemand, pool: NodePool) -> PoolReason | None:
         """Why a new node of ``pool`` could never take a pod of ``demand`` (``None``: it could)."""
-        key = (demand, pool.name)
+        key = (demand.placement, demand.requests, pool.name)
         if key in self._pools:
             return self._pools[key]
         problem = placement_problem(demand, pool.labels, pool.taints, self.policy)
-        reason: PoolReason | None = None
-        if problem is not None:
-            reason = PoolReason(pool.name, problem[0], problem[1])
-        elif (large := too_large(demand.requests, pool.allocatable)) is not None:
+        reason = None if problem is None else PoolReason(pool.name, problem[0], problem[1])
+        if reason is None and (large := too_large(demand.requests, pool.allocatable)) is not None:
             reason = PoolReason(pool.name, ReasonCode.TOO_LARGE, large)
         self._pools[key] = reason
         return reason
+
+    def usable_pools(self, demand: PodDemand, pools: list[NodePool]) -> list[NodePool]:
+        """The pools whose new nodes could take a pod of ``demand``; ``pools`` must not change within a plan."""
+        key = (demand.placement, demand.requests)
+        usable = self._usable.get(key)
+        if usable is None:
+            usable = self._usable[key] = [pool for pool in pools if self.pool_problem(demand, pool) is None]
+        return usable

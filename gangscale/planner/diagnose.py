@@ -91,7 +91,7 @@ def _pool_reason(state: ClusterState, compat: Compatibility, search: GangSearch,
 def _gang_reasons(search: GangSearch, per_pool: list[PoolReason]) -> list[PoolReason]:
     reasons: list[PoolReason] = []
     for group in search.groups:
-        if search.pool_ok[group.index] or any(search.candidates(None, group)[:1]):
+        if search.pool_ok[group.index] or next(iter(search.candidates(None, group)), None) is not None:
             continue
         why: dict[str, list[str]] = defaultdict(list)
         for reason in per_pool:
@@ -114,10 +114,39 @@ def _gang_reasons(search: GangSearch, per_pool: list[PoolReason]) -> list[PoolRe
     return reasons
 
 
+#: Reasons about what a pool's nodes are (not about its capacity): alike pools share one line.
+_SHAPE_CODES = frozenset({ReasonCode.SELECTOR, ReasonCode.AFFINITY, ReasonCode.TAINT, ReasonCode.TOO_LARGE})
+#: Pools named in one shared line before the rest are counted.
+MAX_NAMED_POOLS = 5
+
+
+def _merge_alike(reasons: list[PoolReason]) -> list[PoolReason]:
+    """One line per distinct node-shape reason ("pools a, b, c: ..."), so 150 CPU pools are not 150 lines."""
+    alike: dict[tuple[ReasonCode, str], list[str]] = defaultdict(list)
+    merged: list[PoolReason] = []
+    for reason in reasons:
+        if reason.code in _SHAPE_CODES:
+            if (reason.code, reason.message) not in alike:
+                merged.append(reason)
+            alike[(reason.code, reason.message)].append(reason.pool)
+        else:
+            merged.append(reason)
+    result = []
+    for reason in merged:
+        pools = alike.get((reason.code, reason.message), [reason.pool])
+        if len(pools) > 1:
+            named = ", ".join(pools[:MAX_NAMED_POOLS])
+            more = f" and {len(pools) - MAX_NAMED_POOLS} more" if len(pools) > MAX_NAMED_POOLS else ""
+            result.append(PoolReason(named + more, reason.code, reason.message))
+        else:
+            result.append(reason)
+    return result
+
+
 def diagnose(state: ClusterState, compat: Compatibility, search: GangSearch) -> tuple[PoolReason, ...]:
     per_pool = [reason for name in sorted(state.pool_states)
                 if (reason := _pool_reason(state, compat, search, state.pool_states[name])) is not None]
-    reasons = _gang_reasons(search, per_pool) + per_pool
+    reasons = _gang_reasons(search, per_pool) + _merge_alike(per_pool)
     if not reasons:
         reasons.append(PoolReason("", ReasonCode.NO_POOL, "no combination of free capacity and node pools "
                                                           "places every pod"))

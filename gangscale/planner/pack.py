@@ -11,7 +11,7 @@ gangs), then the new nodes this gang already opened (first fit), then new units 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gangscale.model.gang import Gang
@@ -86,7 +86,7 @@ class ExistingFill:
         return not any(self.remaining)
 
 
-def fill_existing(groups: Sequence[Group], order: Sequence[int], candidates: Sequence[Sequence[int]],
+def fill_existing(groups: Sequence[Group], order: Sequence[int], candidates: Sequence[Iterable[int]],
                   free: Sequence[dict[str, int]], dims: tuple[str, ...]) -> ExistingFill:
     """Place as many pods as possible on existing nodes, group by group in ``order``.
 

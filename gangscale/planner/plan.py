@@ -39,8 +39,9 @@ def plan_gang(state: ClusterState, compat: Compatibility, policy: Policy, gang: 
     search = GangSearch(state, compat, policy, gang)
     packing = search.run()
     if packing is None:
+        reasons = diagnose(state, compat, search)  # before reclaiming: the search's node indexes must not move
         state.reclaim_bookings(gang.key)
-        return Decision(gang.key, Outcome.INFEASIBLE, reasons=diagnose(state, compat, search))
+        return Decision(gang.key, Outcome.INFEASIBLE, reasons=reasons)
     decision = to_decision(state, search, packing)
     taken = {node: dict(zip(search.dims, amounts, strict=True)) for node, amounts in packing.existing.taken.items()}
     state.consume(taken, packing.new.units)

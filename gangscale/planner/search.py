@@ -3,7 +3,9 @@
 Greedy packing is fast but not optimal on mixed gangs, so each zone is packed several ways and the
 cheapest result (by the policy) wins:
 
-- pod sets in two decreasing orders (largest single dimension first; largest sum of dimensions first);
+- pod sets in up to three orders: largest single dimension first; largest sum of dimensions first;
+  one-pod-per-node pod sets first (they fix how many nodes there must be, and the others fill in beside
+  them). If none of these packs, every other order of up to four pod sets is tried before giving up;
 - pools ranked per pod set by the cost of serving that pod set alone, and, for gangs with several pod
   sets, the same ranking with each of the best few pools forced first (so one pool can host everything);
 - the winner is then *tightened*: each pool it uses is offered one unit fewer, and the packing is redone,
@@ -15,7 +17,10 @@ so it is computed once per order and shared by every pool preference.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+import itertools
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gangscale.model.decision import Cost
@@ -43,6 +48,43 @@ from gangscale.planner.state import ClusterState
 FORCED_POOLS = 4
 #: Upper bound on tightening rounds (each removes at least one unit).
 TIGHTEN_ROUNDS = 8
+#: Gangs with at most this many pod sets get every order tried before they are called infeasible.
+PERMUTE_GROUPS = 4
+
+
+class Lazy(Sequence[int]):
+    """A memoising view of an iterator: candidate nodes are produced only as far as packing reads them."""
+
+    def __init__(self, source: Iterator[int]) -> None:
+        self._source: Iterator[int] | None = source
+        self._seen: list[int] = []
+
+    def __iter__(self) -> Iterator[int]:
+        i = 0
+        while True:
+            if i < len(self._seen):
+                yield self._seen[i]
+                i += 1
+            elif self._source is None or not self._pull():
+                return
+
+    def _pull(self) -> bool:
+        assert self._source is not None
+        item = next(self._source, None)
+        if item is None:
+            self._source = None
+            return False
+        self._seen.append(item)
+        return True
+
+    def __len__(self) -> int:
+        while self._source is not None and self._pull():
+            pass
+        return len(self._seen)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # Sequence's overloads, not needed here
+        len(self)
+        return self._seen[index]
 
 
 @dataclass(slots=True)
@@ -71,10 +113,12 @@ class GangSearch:
         self.state, self.compat, self.policy, self.gang = state, compat, policy, gang
         self.dims, self.groups = build_groups(gang)
         self.shortfalls: list[ZoneShortfall] = []
+        self._candidates: dict[tuple[str | None, int], Lazy] = {}
         self.pools = state.available_pools()
-        self.pool_ok: list[list[NodePool]] = [
-            [s.pool for s in self.pools if compat.pool_problem(group.demand, s.pool) is None] for group in self.groups]
-        self.pool_vecs = {s.pool.name: [s.pool.allocatable.get(name) for name in self.dims] for s in self.pools}
+        available = [s.pool for s in self.pools]
+        self.pool_ok: list[list[NodePool]] = [compat.usable_pools(group.demand, available) for group in self.groups]
+        used = {pool.name: pool for pools in self.pool_ok for pool in pools}
+        self.pool_vecs = {name: [pool.allocatable.get(dim) for dim in self.dims] for name, pool in used.items()}
 
     # -- zones ------------------------------------------------------------------------------------------
 
@@ -82,26 +126,38 @@ class GangSearch:
         if self.gang.spread_zones:
             return [None]
         zones: set[str | None] = {pool.zone for pools in self.pool_ok for pool in pools}
-        zones.update(self.state.shapes_by_zone)
+        zones.update(self.state.zones_of_nodes())
         return sorted(zones, key=lambda zone: zone or "")
 
-    def candidates(self, zone: str | None, group: Group) -> list[int]:
-        """Existing nodes in ``zone`` that group may use and that have room for one of its pods, tightest first."""
-        state, demand = self.state, group.demand
-        zones = self.state.shapes_by_zone.values() if zone is None else [self.state.shapes_by_zone.get(zone, {})]
-        nodes: list[int] = []
-        for shapes in zones:
-            for shape, members in shapes.items():
-                if demand.names_nodes:
-                    nodes.extend(i for i in members if self.compat.node_ok(demand, state.nodes[i], shape))
-                elif self.compat.node_ok(demand, state.nodes[members[0]], shape):
-                    nodes.extend(members)
-        dims, vec = self.dims, group.vec
-        needs = [(name, need) for name, need in zip(dims, vec, strict=True) if need]
-        roomy = [i for i in nodes if all(state.free[i].get(name, 0) >= need for name, need in needs)]
-        key_name = dims[scarce_dim(dims, vec)]
-        roomy.sort(key=lambda i: (state.free[i].get(key_name, 0), state.nodes[i].name))
-        return roomy
+    def candidates(self, zone: str | None, group: Group) -> Lazy:
+        """Existing nodes in ``zone`` that the group may use and that have room for one of its pods, tightest first
+        (ascending free amount of the group's scarce resource, then name), produced lazily."""
+        key = (zone, group.index)
+        cached = self._candidates.get(key)
+        if cached is None:
+            cached = self._candidates[key] = Lazy(self._candidate_stream(zone, group))
+        return cached
+
+    def _candidate_stream(self, zone: str | None, group: Group) -> Iterator[int]:
+        state, demand, dims, vec = self.state, group.demand, self.dims, group.vec
+        key_dim = scarce_dim(dims, vec)
+        key_name, key_need = dims[key_dim], vec[key_dim]
+        zones = list(state.zone_shapes) if zone is None else [zone] if zone in state.zone_shapes else []
+        streams = []
+        for z in zones:
+            for shape, members in state.zone_shapes[z].items():
+                if not demand.names_nodes and not self.compat.node_ok(demand, state.nodes[members[0]], shape):
+                    continue
+                entries = state.sorted_by(z, shape, key_name)
+                start = bisect_left(entries, (key_need,))
+                if start < len(entries):
+                    streams.append(itertools.islice(entries, start, None))
+        needs = [(name, need) for name, need in zip(dims, vec, strict=True) if need and name != key_name]
+        for _, _, i in heapq.merge(*streams):
+            free = state.free[i]
+            if all(free.get(name, 0) >= need for name, need in needs) and (
+                    not demand.names_nodes or self.compat.node_ok(demand, state.nodes[i], state.shape_of[i])):
+                yield i
 
     # -- orders and preferences -------------------------------------------------------------------------
 
@@ -113,7 +169,14 @@ class GangSearch:
                   for group in self.groups]
         by_max = tuple(sorted(range(len(self.groups)), key=lambda g: (-max(shares[g] + [0]), -sum(shares[g]), g)))
         by_sum = tuple(sorted(range(len(self.groups)), key=lambda g: (-sum(shares[g]), -max(shares[g] + [0]), g)))
-        return [by_max] if by_max == by_sum else [by_max, by_sum]
+        spread_first = tuple(sorted(by_max, key=lambda g: not self.groups[g].one_per_node))
+        return list(dict.fromkeys((by_max, by_sum, spread_first)))
+
+    def fallback_orders(self, tried: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """Every order not tried yet, for gangs small enough (greedy packing can miss a tight fit)."""
+        if len(self.groups) > PERMUTE_GROUPS:
+            return []
+        return [order for order in itertools.permutations(range(len(self.groups))) if order not in tried]
 
     def _solo_cost(self, pool: NodePool, group: Group, pods: int, budget: PoolBudget) -> tuple[object, ...]:
         per_node = fit_group(self.pool_vecs[pool.name], group)
@@ -178,15 +241,9 @@ class GangSearch:
 
     def budget(self) -> PoolBudget:
         state = self.state
-        quota_cost: dict[str, list[tuple[int, int]]] = {}
-        for s in self.pools:
-            costs = [(q, quota.per_unit(s.pool)) for q, quota in enumerate(state.quotas)
-                     if quota.applies_to(s.pool.name) and quota.per_unit(s.pool)]
-            if costs:
-                quota_cost[s.pool.name] = costs
-        return PoolBudget(dict(state.headroom), list(state.quota_left), quota_cost)
+        return PoolBudget(dict(state.headroom), list(state.quota_left), state.quota_cost)
 
-    def _capacity_short(self, zone: str | None, candidates: list[list[int]], budget: PoolBudget) -> bool:
+    def _capacity_short(self, zone: str | None, candidates: list[Lazy], budget: PoolBudget) -> bool:
         """Record and report a pod set that cannot fit in ``zone`` even with every pool to itself."""
         for group, nodes in zip(self.groups, candidates, strict=True):
             placeable = 0
@@ -220,21 +277,26 @@ class GangSearch:
                 break  # free capacity alone places the gang: nothing can be cheaper
         return best
 
-    def _best_in_zone(self, zone: str | None, candidates: list[list[int]], budget: PoolBudget) -> Packing | None:
-        zone_pools = [s.pool for s in self.pools if zone is None or s.pool.zone == zone]
+    def _best_in_zone(self, zone: str | None, candidates: list[Lazy], budget: PoolBudget) -> Packing | None:
+        zone_pools = [pool for pool in {p.name: p for pools in self.pool_ok for p in pools}.values()
+                      if zone is None or pool.zone == zone]
         best: tuple[Packing, tuple[int, ...], list[list[NodePool]]] | None = None
-        for order in self.orders(zone_pools):
-            existing = fill_existing(self.groups, order, candidates, self.state.free, self.dims)
-            if existing.done:
-                return self.packing(zone, existing, NewFill([], {}))
-            prefs = self.preferences(zone, existing.remaining, budget)
-            for variant in self.variants(prefs):
-                fill = fill_new(self.groups, order, existing.remaining, variant, self.pool_vecs, budget.copy())
-                if isinstance(fill, Shortfall):
-                    continue
-                packing = self.packing(zone, existing, fill)
-                if best is None or packing.key < best[0].key:
-                    best = (packing, order, variant)
+        orders = self.orders(zone_pools)
+        for batch in (orders, None):
+            for order in batch if batch is not None else self.fallback_orders(orders):
+                existing = fill_existing(self.groups, order, candidates, self.state.free, self.dims)
+                if existing.done:
+                    return self.packing(zone, existing, NewFill([], {}))
+                prefs = self.preferences(zone, existing.remaining, budget)
+                for variant in self.variants(prefs):
+                    fill = fill_new(self.groups, order, existing.remaining, variant, self.pool_vecs, budget.copy())
+                    if isinstance(fill, Shortfall):
+                        continue
+                    packing = self.packing(zone, existing, fill)
+                    if best is None or packing.key < best[0].key:
+                        best = (packing, order, variant)
+            if best is not None:
+                break
         if best is None:
             self.shortfalls.append(ZoneShortfall(zone, -1, 0, self.gang.pods))
             return None

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import defaultdict
+from collections.abc import Iterator, Mapping
 
 from gangscale.model.nodepool import NodePool
 from gangscale.model.resources import ResourceList
 from gangscale.model.snapshot import NodeState, PoolState, Quota, Snapshot
 from gangscale.planner.compat import NodeShape, node_shape
+
+#: An entry of a free-capacity index: (free amount, node name, node index); sorted, it is "tightest first".
+IndexEntry = tuple[int, str, int]
 
 
 class ClusterState:
@@ -16,6 +21,11 @@ class ClusterState:
     Only Ready, schedulable nodes offer free capacity; a node's free capacity is its allocatable minus the
     requests of its pods and minus every booking on it. A gang's own bookings are handed back to it while
     it is planned (:meth:`lend_bookings`), so re-planning a booked gang finds its capacity again.
+
+    Nodes are grouped by zone and *shape* (labels and taints): compatibility is judged once per shape. Per
+    (zone, shape, resource) a sorted index of free amounts is built on first use and kept current as
+    capacity is taken, so finding "nodes with at least 4 free GPUs, tightest first" skips the full ones
+    without looking at them.
     """
 
     def __init__(self, snapshot: Snapshot, now: float) -> None:
@@ -24,14 +34,23 @@ class ClusterState:
         self.now = now
         self.quotas: tuple[Quota, ...] = snapshot.quotas
         self.quota_left: list[int] = [max(0, quota.remaining) for quota in snapshot.quotas]
+        #: pool -> [(quota index, quota consumed per unit)], for the quotas that apply to it.
+        self.quota_cost: dict[str, list[tuple[int, int]]] = {}
+        for name, state in self.pool_states.items():
+            costs = [(q, quota.per_unit(state.pool)) for q, quota in enumerate(self.quotas) if quota.applies_to(name)]
+            if costs := [(q, per_unit) for q, per_unit in costs if per_unit]:
+                self.quota_cost[name] = costs
         self.nodes: list[NodeState] = [node for node in snapshot.nodes if node.usable]
-        self.shapes: list[NodeShape] = [node_shape(node) for node in self.nodes]
         self.free: list[dict[str, int]] = [dict(node.free) for node in self.nodes]
         self.index: dict[str, int] = {node.name: i for i, node in enumerate(self.nodes)}
-        #: zone -> node shape -> usable nodes of that shape (compatibility is judged once per shape).
-        self.shapes_by_zone: dict[str, dict[NodeShape, list[int]]] = defaultdict(lambda: defaultdict(list))
+        shape_ids: dict[NodeShape, int] = {}
+        self.shape_of: list[int] = [shape_ids.setdefault(node_shape(node), len(shape_ids)) for node in self.nodes]
+        #: zone -> shape id -> usable nodes of that zone and shape.
+        self.zone_shapes: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
         for i, node in enumerate(self.nodes):
-            self.shapes_by_zone[node.zone][self.shapes[i]].append(i)
+            self.zone_shapes[node.zone][self.shape_of[i]].append(i)
+        self._sorted: dict[tuple[str, int, str], list[IndexEntry]] = {}
+        self._indexed: dict[int, list[str]] = defaultdict(list)  # node -> resources it is indexed by
         self.bookings: dict[str, list[tuple[int, ResourceList]]] = defaultdict(list)
         for booking in snapshot.bookings:
             where = self.index.get(booking.node)
@@ -40,24 +59,51 @@ class ClusterState:
             self.bookings[booking.owner].append((where, booking.requests))
             self._take(where, booking.requests)
 
-    def _take(self, i: int, amounts: ResourceList | dict[str, int]) -> None:
-        free = self.free[i]
-        for name, value in amounts.items():
-            free[name] = max(0, free.get(name, 0) - value)
+    # -- free capacity ----------------------------------------------------------------------------------
 
-    def _give(self, i: int, amounts: ResourceList) -> None:
-        free, allocatable = self.free[i], self.nodes[i].allocatable
+    def sorted_by(self, zone: str, shape: int, resource: str) -> list[IndexEntry]:
+        """The nodes of (zone, shape), ascending by free ``resource`` then name. Do not mutate."""
+        key = (zone, shape, resource)
+        entries = self._sorted.get(key)
+        if entries is None:
+            members = self.zone_shapes[zone][shape]
+            entries = sorted((self.free[i].get(resource, 0), self.nodes[i].name, i) for i in members)
+            self._sorted[key] = entries
+            for i in members:
+                self._indexed[i].append(resource)
+        return entries
+
+    def _change(self, i: int, amounts: Mapping[str, int], sign: int) -> None:
+        free, allocatable, node = self.free[i], self.nodes[i].allocatable, self.nodes[i]
+        before = {resource: free.get(resource, 0) for resource in self._indexed.get(i, ())}
         for name, value in amounts.items():
-            free[name] = min(allocatable.get(name, 0), free.get(name, 0) + value)
+            if sign < 0:
+                free[name] = max(0, free.get(name, 0) - value)
+            else:
+                free[name] = min(allocatable.get(name, 0), free.get(name, 0) + value)
+        for resource, old in before.items():
+            new = free.get(resource, 0)
+            if new != old:
+                entries = self._sorted[(node.zone, self.shape_of[i], resource)]
+                del entries[bisect_left(entries, (old, node.name, i))]
+                insort(entries, (new, node.name, i))
+
+    def _take(self, i: int, amounts: Mapping[str, int]) -> None:
+        self._change(i, amounts, -1)
 
     def lend_bookings(self, owner: str) -> None:
         for i, requests in self.bookings.get(owner, ()):
-            self._give(i, requests)
+            self._change(i, requests, +1)
 
     def reclaim_bookings(self, owner: str) -> None:
         """Undo :meth:`lend_bookings` for a gang that got no plan: it keeps what it had booked."""
         for i, requests in self.bookings.get(owner, ()):
             self._take(i, requests)
+
+    def zones_of_nodes(self) -> Iterator[str]:
+        return iter(self.zone_shapes)
+
+    # -- pools ------------------------------------------------------------------------------------------
 
     def pool(self, name: str) -> NodePool:
         return self.pool_states[name].pool
@@ -67,23 +113,11 @@ class ClusterState:
         return sorted((state for state in self.pool_states.values() if not state.backed_off(self.now)),
                       key=lambda state: state.pool.name)
 
-    def quota_units(self, pool: NodePool, headroom: dict[str, int], quota_left: list[int]) -> int:
-        """Units of ``pool`` that ``headroom`` and every applicable quota still allow."""
-        allowed = headroom.get(pool.name, 0)
-        for quota, left in zip(self.quotas, quota_left, strict=True):
-            if quota.applies_to(pool.name):
-                per_unit: int = quota.per_unit(pool)
-                if per_unit:
-                    allowed = min(allowed, left // per_unit)
-        return allowed
-
     def consume(self, taken: dict[int, dict[str, int]], units: dict[str, int]) -> None:
         """Commit a plan: its pods' requests on existing nodes, its new units against headroom and quotas."""
         for i, amounts in taken.items():
             self._take(i, amounts)
         for name, count in units.items():
-            pool = self.pool(name)
             self.headroom[name] = max(0, self.headroom[name] - count)
-            for q, quota in enumerate(self.quotas):
-                if quota.applies_to(name):
-                    self.quota_left[q] = max(0, self.quota_left[q] - quota.per_unit(pool) * count)
+            for q, per_unit in self.quota_cost.get(name, ()):
+                self.quota_left[q] = max(0, self.quota_left[q] - per_unit * count)

@@ -71,3 +71,10 @@ def test_backoff_reason_gives_the_time_it_ends() -> None:
 def test_empty_gang() -> None:
     decision, = plan(snapshot(), [gang("g", pod_set("w", 0, {"cpu": "1"}))], NOW)
     assert summarize(decision) == "nothing to place: the gang has no pods"
+
+
+def test_alike_pools_share_one_reason_line() -> None:
+    pools = [pool(f"cpu-{i}", CPU_NODE) for i in range(7)]
+    decision, = plan(snapshot(pools), [gang("g", pod_set("w", 1, limits={"nvidia.com/gpu": 1}, selector=H100))], NOW)
+    shared = [r for r in decision.reasons if r.pool.startswith("cpu-0")]
+    assert [r.pool for r in shared] == ["cpu-0, cpu-1, cpu-2, cpu-3, cpu-4 and 2 more"]

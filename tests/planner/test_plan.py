@@ -317,3 +317,22 @@ def test_mixed_gang_shares_new_nodes_between_pod_sets() -> None:
                                                       pod_set("sidecar", 2, {"cpu": "60"}, selector=H100))], NOW)
     assert steps(decision) == {"h100": 2}
     assert {(n.nodes, n.pods) for n in decision.new_nodes} == {(2, (("sidecar", 1), ("w", 1)))}
+
+
+def test_a_tight_fit_greedy_order_misses_is_still_found() -> None:
+    """Big pods first leave a small one stranded; the fallback orders find the 4-node packing."""
+    p = pool("p", {"cpu": "32", "memory": "128Gi", "pods": "110"}, max_units=4)
+    g = gang("ns/a", pod_set("big", 6, {"cpu": "15500m", "memory": "34Gi"}),
+             pod_set("small", 3, {"cpu": "4500m", "memory": "46Gi"}))
+    for policy in (Policy(), Policy(("nodes",))):
+        decision, = plan(snapshot([p]), [g], NOW, policy)
+        assert decision.outcome is Outcome.SCALE_UP and steps(decision) == {"p": 4}
+
+
+def test_one_per_node_pod_sets_are_laid_out_first_and_others_fill_in_beside_them() -> None:
+    p = pool("p", {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "8", "pods": "110"}, max_units=10)
+    g = gang("ns/b", pod_set("gpu", 2, {"cpu": "1", "memory": "6Gi", "nvidia.com/gpu": "4"}),
+             pod_set("cpu", 2, {"cpu": "3", "memory": "10Gi"}),
+             pod_set("spread", 4, {"cpu": "1", "memory": "12Gi"}, one_per_node=True))
+    decision, = plan(snapshot([p]), [g], NOW, Policy(("nodes",)))
+    assert steps(decision) == {"p": 4}
