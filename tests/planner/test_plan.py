@@ -336,3 +336,9 @@ def test_one_per_node_pod_sets_are_laid_out_first_and_others_fill_in_beside_them
              pod_set("spread", 4, {"cpu": "1", "memory": "12Gi"}, one_per_node=True))
     decision, = plan(snapshot([p]), [g], NOW, Policy(("nodes",)))
     assert steps(decision) == {"p": 4}
+
+
+def test_the_node_pod_limit_caps_pods_per_node() -> None:
+    small = pool("small", {"cpu": "64", "memory": "256Gi", "pods": "2"}, max_units=5)
+    decision, = plan(snapshot([small]), [gang("g", pod_set("w", 5, {"cpu": "100m"}))], NOW)
+    assert steps(decision) == {"small": 3}
