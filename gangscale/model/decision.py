@@ -68,7 +68,7 @@ class NewNodes:
     pods: tuple[tuple[str, int], ...]
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class Cost:
     accelerator_waste: int = 0
     cpu_waste: int = 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gangscale.model.pod import PodDemand
-from gangscale.model.resources import ResourceList
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,10 +18,6 @@ class PodSet:
     def __post_init__(self) -> None:
         if self.count < 0:
             raise ValueError(f"pod set {self.name!r}: count must not be negative, got {self.count}")
-
-    @property
-    def total(self) -> ResourceList:
-        return self.demand.requests.scaled(self.count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,16 +38,6 @@ class Gang:
     @property
     def pods(self) -> int:
         return sum(pod_set.count for pod_set in self.pod_sets)
-
-    @property
-    def total(self) -> ResourceList:
-        total = ResourceList()
-        for pod_set in self.pod_sets:
-            total = total + pod_set.total
-        return total
-
-    def age(self, now: float) -> float:
-        return max(0.0, now - self.created)
 
     @property
     def order(self) -> tuple[int, float, str]:

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gangscale.model.quantity import is_extended
-from gangscale.model.resources import CPU, ResourceList
+from gangscale.model.resources import ResourceList
 from gangscale.model.scheduling import Taint
 
 POOL_LABEL = "gangscale.io/node-pool"
@@ -51,12 +51,6 @@ class NodePool:
     def accelerators(self) -> tuple[str, ...]:
         """The extended resources a node offers (``nvidia.com/gpu``, ``google.com/tpu``, …)."""
         return tuple(name for name in self.allocatable if is_extended(name))
-
-    @property
-    def scarce(self) -> str:
-        """The resource whose waste matters most on this pool: its accelerator, else CPU."""
-        accelerators = self.accelerators
-        return accelerators[0] if accelerators else CPU
 
     def unit_allocatable(self) -> ResourceList:
         return self.allocatable.scaled(self.nodes_per_unit)

@@ -14,7 +14,7 @@ from gangscale.model.decision import PoolReason, ReasonCode
 from gangscale.model.nodepool import NodePool
 from gangscale.model.snapshot import PoolState
 from gangscale.planner.compat import Compatibility
-from gangscale.planner.pack import Group, ceil_div, fit_group
+from gangscale.planner.pack import Group, fit_group, units_needed
 from gangscale.planner.search import GangSearch
 from gangscale.planner.state import ClusterState
 
@@ -25,7 +25,7 @@ def when(timestamp: float) -> str:
 
 def _units_for(pool: NodePool, vec: list[int], group: Group) -> tuple[int, int]:
     """(nodes, units) of ``pool`` that ``group`` alone would need."""
-    units = ceil_div(ceil_div(group.count, fit_group(vec, group)), pool.nodes_per_unit)
+    units = units_needed(group.count, fit_group(vec, group), pool.nodes_per_unit)
     return units * pool.nodes_per_unit, units
 
 

@@ -66,6 +66,11 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def units_needed(pods: int, per_node: int, nodes_per_unit: int) -> int:
+    """Whole units that hold ``pods`` pods at ``per_node`` pods a node."""
+    return ceil_div(ceil_div(pods, per_node), nodes_per_unit)
+
+
 def fit_group(free: Sequence[int], group: Group) -> int:
     count = fit(free, group.vec)
     return min(count, 1) if group.one_per_node else count
@@ -203,7 +208,7 @@ def _open_units(bins: list[NewBin], pool: NodePool, pool_vec: list[int], group: 
     per_node = fit_group(pool_vec, group)
     if per_node <= 0 or allowed <= 0:
         return 0, remaining
-    units = min(ceil_div(ceil_div(remaining, per_node), pool.nodes_per_unit), allowed)
+    units = min(units_needed(remaining, per_node, pool.nodes_per_unit), allowed)
     nodes = units * pool.nodes_per_unit
     full = min(nodes, remaining // per_node)
     if full:

@@ -36,11 +36,11 @@ from gangscale.planner.pack import (
     PoolBudget,
     Shortfall,
     build_groups,
-    ceil_div,
     fill_existing,
     fill_new,
     fit_group,
     scarce_dim,
+    units_needed,
 )
 from gangscale.planner.state import ClusterState
 
@@ -52,7 +52,7 @@ TIGHTEN_ROUNDS = 8
 PERMUTE_GROUPS = 4
 
 
-class Lazy(Sequence[int]):
+class Lazy:
     """A memoising view of an iterator: candidate nodes are produced only as far as packing reads them."""
 
     def __init__(self, source: Iterator[int]) -> None:
@@ -76,15 +76,6 @@ class Lazy(Sequence[int]):
             return False
         self._seen.append(item)
         return True
-
-    def __len__(self) -> int:
-        while self._source is not None and self._pull():
-            pass
-        return len(self._seen)
-
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]  # Sequence's overloads, not needed here
-        len(self)
-        return self._seen[index]
 
 
 @dataclass(slots=True)
@@ -180,7 +171,7 @@ class GangSearch:
 
     def _solo_cost(self, pool: NodePool, group: Group, pods: int, budget: PoolBudget) -> tuple[object, ...]:
         per_node = fit_group(self.pool_vecs[pool.name], group)
-        units = ceil_div(ceil_div(pods, per_node), pool.nodes_per_unit)
+        units = units_needed(pods, per_node, pool.nodes_per_unit)
         allowed = budget.allowed(pool.name)
         cost = self._cost_of_units(pool, group, pods, units)
         return (units > allowed, cost.key(self.policy.criteria), pool.name)
