@@ -2,6 +2,7 @@
 
 Commands available now:
 
+- ``gangscale run --config POOLS [flags]``: the controller (``gangscale run --help`` documents every flag).
 - ``gangscale version``
 - ``gangscale pools FILE``: validate a node-pool file and show the pools it resolves to (exit 1 and every
   problem on stderr if it is invalid).
@@ -15,12 +16,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from gangscale import __version__
+from gangscale.sources.provreq import DEFAULT_CLASSES
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
                            description="Validate a node-pool file and print each pool as gangscale resolves it "
                                        "(machine catalog applied). Exits 1, listing every problem, if it is invalid.")
     pools.add_argument("file", help="the node-pool YAML file")
+    _add_run(sub)
     sim = sub.add_parser("sim", help="the embedded simulated cluster")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     api = sim_sub.add_parser(
@@ -58,9 +62,111 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "pools":
         return _show_pools(args.file)
+    if args.command == "run":
+        return _run(args)
     if args.command == "sim" and args.sim_command == "apiserver":
         return asyncio.run(_run_apiserver(args))
     return 2
+
+
+def _env(name: str, default: str | None) -> str | None:
+    """Every ``run`` flag can come from ``GANGSCALE_<FLAG>`` (``--batch-idle`` -> ``GANGSCALE_BATCH_IDLE``)."""
+    return os.environ.get("GANGSCALE_" + name.upper().replace("-", "_"), default)
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    run = sub.add_parser(
+        "run", help="run the controller against a cluster",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Serve ProvisioningRequests of the configured classes: plan every pending gang, scale node pools "
+                    "all-or-nothing, write the outcome on each request. Every flag can also be set through the "
+                    "environment as GANGSCALE_<FLAG> (for example GANGSCALE_DRY_RUN=true). Durations take a number "
+                    "of seconds or units: 500ms, 10s, 5m, 1h30m, 7d.")
+    flag = run.add_argument
+    flag("--kubeconfig", default=_env("kubeconfig", None),
+         help="kubeconfig file; without it: $KUBECONFIG, then in-cluster config, then ~/.kube/config")
+    flag("--context", default=_env("context", None), help="kubeconfig context to use")
+    flag("--config", default=_env("config", None), help="the node-pool file (required); see `gangscale pools FILE`")
+    flag("--provider", default=_env("provider", "simulated"), choices=("simulated",),
+         help="node-pool provider: simulated (a pretend cloud that registers Node objects)")
+    flag("--classes", default=_env("classes", ",".join(DEFAULT_CLASSES)),
+         help="comma-separated ProvisioningRequest classes to serve; PRs of other classes are never touched")
+    flag("--processor-instance", default=_env("processor-instance", ""),
+         help="serve only PRs whose processorInstance parameter equals this (empty: PRs without the parameter)")
+    flag("--dry-run", action="store_true", default=(_env("dry-run", "false") or "").lower() in ("1", "true", "yes"),
+         help="read and plan everything, change nothing: no provider calls, no status writes, no events")
+    flag("--metrics-host", default=_env("metrics-host", "0.0.0.0"), help="address of the observe server")
+    flag("--metrics-port", type=int, default=int(_env("metrics-port", "8080") or 8080),
+         help="port of /healthz, /readyz, /metrics and /debug/plans (0 picks a free one)")
+    flag("--batch-idle", default=_env("batch-idle", "1s"),
+         help="a planning pass starts once no event arrived for this long ...")
+    flag("--batch-max", default=_env("batch-max", "10s"), help="... or this long after the first event")
+    flag("--booking-ttl", default=_env("booking-ttl", "10m"),
+         help="how long capacity stays booked after Provisioned=True (per PR: parameter bookingSeconds)")
+    flag("--scale-down-unneeded-time", default=_env("scale-down-unneeded-time", "10m"),
+         help="empty, unbooked units of managed pools are removed after this long")
+    flag("--max-node-provision-time", default=_env("max-node-provision-time", "15m"),
+         help="new nodes must be Ready this long after a scale-up starts, or every unit of it is released")
+    flag("--retry-initial", default=_env("retry-initial", "1m"),
+         help="first re-planning delay of a request whose capacity was not found (doubles each time) ...")
+    flag("--retry-max", default=_env("retry-max", "10m"), help="... up to this")
+    flag("--pool-backoff", default=_env("pool-backoff", "3m"),
+         help="how long a pool is skipped after a stockout, quota error or nodes that never got Ready (doubles "
+              "on repeated failures, up to 30m)")
+    flag("--expiry", default=_env("expiry", "7d"), help="a request not provisioned this long after creation fails "
+                                                         "with reason Expired")
+    flag("--terminal-ttl", default=_env("terminal-ttl", "7d"),
+         help="requests whose outcome is older than this are deleted (0 keeps them)")
+    flag("--log-format", default=_env("log-format", "json"), choices=("json", "text"), help="log line format")
+    flag("--log-level", default=_env("log-level", "info"), help="debug, info, warning or error")
+    flag("--for", dest="duration", type=float, default=None, help="stop after this many seconds (for demos and tests)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gangscale.config import ConfigError, load_pool_file, parse_duration
+    from gangscale.controller.app import RunOptions, serve
+    from gangscale.controller.settings import Settings
+    from gangscale.observe.logs import configure_logging
+
+    try:
+        configure_logging(args.log_level, args.log_format)
+    except ValueError as exc:
+        print(f"gangscale run: {exc}", file=sys.stderr)
+        return 2
+    if not args.config:
+        print("gangscale run: --config (or GANGSCALE_CONFIG) is required: the node-pool file", file=sys.stderr)
+        return 2
+    try:
+        pool_file = load_pool_file(args.config)
+    except ConfigError as exc:
+        print(f"gangscale run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        durations = {name: parse_duration(getattr(args, name)) for name in (
+            "batch_idle", "batch_max", "booking_ttl", "scale_down_unneeded_time", "max_node_provision_time",
+            "retry_initial", "retry_max", "pool_backoff", "expiry", "terminal_ttl")}
+    except ValueError as exc:
+        print(f"gangscale run: {exc}", file=sys.stderr)
+        return 2
+    classes = tuple(c.strip() for c in args.classes.split(",") if c.strip())
+    if not classes:
+        print("gangscale run: --classes names no class", file=sys.stderr)
+        return 2
+    settings = Settings(
+        classes=classes, processor_instance=args.processor_instance, dry_run=args.dry_run,
+        batch_idle=durations["batch_idle"], batch_max=durations["batch_max"], booking_ttl=durations["booking_ttl"],
+        scale_down_unneeded_time=durations["scale_down_unneeded_time"],
+        max_node_provision_time=durations["max_node_provision_time"], retry_initial=durations["retry_initial"],
+        retry_max=durations["retry_max"], pool_backoff_initial=durations["pool_backoff"],
+        expiry=durations["expiry"], terminal_ttl=durations["terminal_ttl"])
+    options = RunOptions(pool_file=pool_file, settings=settings, provider=args.provider, kubeconfig=args.kubeconfig,
+                         context=args.context, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                         duration=args.duration)
+    try:
+        return asyncio.run(serve(options))
+    except RuntimeError as exc:
+        print(f"gangscale run: {exc}", file=sys.stderr)
+        return 1
 
 
 def _show_pools(path: str) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -290,3 +291,29 @@ def _kind(data: object) -> str:
         return "nothing (an empty value)"
     name = type(data).__name__
     return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``1.5s``, ``10m``, ``1h30m``, ``7d`` (Go-style units plus ``d``)."""
+    raw = text.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        pass
+    else:
+        if value < 0:
+            raise ValueError(f"invalid duration {text!r}: must not be negative")
+        return value
+    pos, total = 0, 0.0
+    for match in _DURATION.finditer(raw):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _SECONDS[match.group(2)]
+        pos = match.end()
+    if not raw or pos != len(raw):
+        raise ValueError(f"invalid duration {text!r}: use a number of seconds or units like 500ms, 10s, 5m, 1h30m, 7d")
+    return total

@@ -26,7 +26,8 @@ class Gang:
 
     ``key`` identifies it (``namespace/name`` of the ProvisioningRequest or RayCluster); ``priority`` and
     ``created`` (seconds since the epoch) order it; ``spread_zones`` lets its nodes span zones, which is
-    otherwise forbidden because data-parallel jobs need one network fabric.
+    otherwise forbidden because data-parallel jobs need one network fabric. ``may_scale=False`` (the
+    check-capacity classes) confines the gang to free capacity on Ready nodes: no pool is ever grown for it.
     """
 
     key: str
@@ -34,6 +35,7 @@ class Gang:
     priority: int = 0
     created: float = 0.0
     spread_zones: bool = False
+    may_scale: bool = True
 
     @property
     def pods(self) -> int:

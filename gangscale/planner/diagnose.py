@@ -143,7 +143,28 @@ def _merge_alike(reasons: list[PoolReason]) -> list[PoolReason]:
     return result
 
 
+def _no_scale_reasons(search: GangSearch) -> tuple[PoolReason, ...]:
+    """A gang that may not scale (check-capacity) fails on free capacity alone: say how short it is."""
+    reasons: list[PoolReason] = []
+    for group in search.groups:
+        if next(iter(search.candidates(None, group)), None) is None:
+            reasons.append(PoolReason("", ReasonCode.CAPACITY, f"no Ready node has room for a pod of pod set "
+                                                               f"{group.name!r}"))
+    misses = [s for s in search.shortfalls if s.group >= 0]
+    if not reasons and misses:
+        closest = max(misses, key=lambda s: (s.placeable / s.needed, s.zone or ""))
+        where = f" in zone {closest.zone}" if closest.zone else ""
+        reasons.append(PoolReason("", ReasonCode.CAPACITY,
+                                  f"free capacity on Ready nodes{where} has room for {closest.placeable} of "
+                                  f"{closest.needed} pods of pod set {search.groups[closest.group].name!r}"))
+    reasons.append(PoolReason("", ReasonCode.CAPACITY, "this class checks existing capacity only and never "
+                                                       "scales a pool"))
+    return tuple(reasons)
+
+
 def diagnose(state: ClusterState, compat: Compatibility, search: GangSearch) -> tuple[PoolReason, ...]:
+    if not search.gang.may_scale:
+        return _no_scale_reasons(search)
     per_pool = [reason for name in sorted(state.pool_states)
                 if (reason := _pool_reason(state, compat, search, state.pool_states[name])) is not None]
     reasons = _gang_reasons(search, per_pool) + _merge_alike(per_pool)

@@ -105,7 +105,7 @@ class GangSearch:
         self.dims, self.groups = build_groups(gang)
         self.shortfalls: list[ZoneShortfall] = []
         self._candidates: dict[tuple[str | None, int], Lazy] = {}
-        self.pools = state.available_pools()
+        self.pools = state.available_pools() if gang.may_scale else []
         available = [s.pool for s in self.pools]
         self.pool_ok: list[list[NodePool]] = [compat.usable_pools(group.demand, available) for group in self.groups]
         used = {pool.name: pool for pools in self.pool_ok for pool in pools}

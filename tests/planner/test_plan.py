@@ -342,3 +342,25 @@ def test_the_node_pod_limit_caps_pods_per_node() -> None:
     small = pool("small", {"cpu": "64", "memory": "256Gi", "pods": "2"}, max_units=5)
     decision, = plan(snapshot([small]), [gang("g", pod_set("w", 5, {"cpu": "100m"}))], NOW)
     assert steps(decision) == {"small": 3}
+
+
+def test_a_gang_that_may_not_scale_fits_on_free_capacity_or_nowhere() -> None:
+    """check-capacity: free capacity places the gang; when it is short, no pool is grown and the reason says so."""
+    cpu = pool("cpu", CPU_NODE)
+    snap = snapshot([cpu], [node("n1", cpu, used={"cpu": "8"}), node("n2", cpu)])
+    fits = gang("fits", pod_set("w", 3, {"cpu": "6"}))
+    short = gang("short", pod_set("w", 3, {"cpu": "6"}), created=1.0)
+    for g in (fits, short):
+        object.__setattr__(g, "may_scale", False)
+    decided = by_gang(plan(snap, [fits, short], NOW))
+    assert decided["fits"].outcome is Outcome.FITS
+    assert decided["short"].outcome is Outcome.INFEASIBLE and not decided["short"].steps
+    messages = [reason.message for reason in decided["short"].reasons]
+    assert messages == ["no Ready node has room for a pod of pod set 'w'",
+                        "this class checks existing capacity only and never scales a pool"]
+    alone = plan(snapshot([cpu], [node("n1", cpu, used={"cpu": "8"})]), [short], NOW)[0]
+    assert "has room for 1 of 3 pods of pod set 'w'" in alone.reasons[0].message
+    # Allowed to scale, the same two gangs both get capacity: the second one from a new node.
+    scaled = by_gang(plan(snap, [gang("fits", pod_set("w", 3, {"cpu": "6"})),
+                                 gang("short", pod_set("w", 3, {"cpu": "6"}), created=1.0)], NOW))
+    assert scaled["short"].outcome is Outcome.SCALE_UP

@@ -1,0 +1,124 @@
+"""Time as an input: the controller, the providers and the simulation read time and sleep through a
+:class:`Clock`, so tests and the demo can drive time instead of waiting for it.
+
+``SystemClock`` is wall-clock time with ``asyncio.sleep``. ``ManualClock`` only moves when told to
+(``advance``/``set``); sleepers wake in deadline order as it passes their deadlines, like kopf's
+``looptime`` or Kueue's ``FakeClock``. Times are seconds since the epoch (floats), as the planner takes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import time
+from datetime import UTC, datetime
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+def to_datetime(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, UTC)
+
+
+def rfc3339(timestamp: float) -> str:
+    """Kubernetes' ``metav1.Time`` wire form (whole seconds, UTC)."""
+    return to_datetime(timestamp).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_rfc3339(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+async def wait_event(clock: Clock, event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait until ``event`` is set or ``timeout`` seconds of ``clock`` time pass; True if the event is set."""
+    if event.is_set():
+        return True
+    if timeout is None:
+        await event.wait()
+        return True
+    if timeout <= 0:
+        return event.is_set()
+    waiter = asyncio.ensure_future(event.wait())
+    sleeper = asyncio.ensure_future(clock.sleep(timeout))
+    try:
+        await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, sleeper):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    return event.is_set()
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class ManualClock:
+    """A clock that moves only when ``advance`` or ``set`` is called."""
+
+    def __init__(self, start: float = 1_795_000_000.0) -> None:
+        self._now = start
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    def datetime(self) -> datetime:
+        return to_datetime(self._now)
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._now + seconds, next(self._seq), fut))
+        await fut
+
+    @property
+    def next_deadline(self) -> float | None:
+        """The earliest deadline anybody sleeps until (cancelled sleepers excluded)."""
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)
+        return self._sleepers[0][0] if self._sleepers else None
+
+    @property
+    def sleepers(self) -> int:
+        return sum(1 for _, _, fut in self._sleepers if not fut.done())
+
+    async def advance(self, seconds: float) -> None:
+        await self.set(self._now + seconds)
+
+    async def set(self, when: float) -> None:
+        """Move to ``when``, waking each sleeper whose deadline passes, in deadline order, and letting it run."""
+        while True:
+            deadline = self.next_deadline
+            if deadline is None or deadline > when:
+                break
+            _, _, fut = heapq.heappop(self._sleepers)
+            self._now = max(self._now, deadline)
+            fut.set_result(None)
+            for _ in range(5):  # let the woken task (and what it wakes) run before time moves on
+                await asyncio.sleep(0)
+        self._now = max(self._now, when)
+        await asyncio.sleep(0)

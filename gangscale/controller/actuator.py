@@ -1,0 +1,100 @@
+"""Obtain every unit of a plan or none (DESIGN decision 4), through the provider, under recorded tokens.
+
+Steps in different pools run concurrently. A transient failure whose outcome is unknown is retried with the
+*same* token (the provider then returns the units it may already have created); any other failure, or
+transient failures beyond ``attempts``, fails the scale-up, and every unit obtained by any step of it is
+released before :class:`ScaleUpFailed` is raised. Calls are timed and their errors counted by class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+from gangscale.clock import Clock
+from gangscale.controller.record import Step
+from gangscale.kube.backoff import Backoff
+from gangscale.observe.metrics import Metrics
+from gangscale.providers.base import ErrorClass, NodePoolProvider, Obtained, ProviderError
+
+log = logging.getLogger(__name__)
+
+
+class ScaleUpFailed(Exception):
+    def __init__(self, failures: Sequence[ProviderError]) -> None:
+        super().__init__("; ".join(str(f) for f in failures))
+        self.failures = tuple(failures)
+
+
+class Actuator:
+    def __init__(self, provider: NodePoolProvider, clock: Clock, metrics: Metrics, *, attempts: int = 5) -> None:
+        self.provider, self.clock, self.metrics, self.attempts = provider, clock, metrics, attempts
+
+    async def _timed(self, operation: str, call: object) -> object:
+        assert asyncio.iscoroutine(call)
+        started = time.perf_counter()  # call latency is a real-time measurement, not a planning input
+        error: str | None = None
+        try:
+            return await call
+        except ProviderError as exc:
+            error = exc.error_class.value
+            raise
+        except Exception:
+            error = "unexpected"
+            raise
+        finally:
+            self.metrics.provider_call(self.provider.name, operation, time.perf_counter() - started, error)
+
+    async def obtain_step(self, step: Step, deadline: float) -> Obtained:
+        backoff = Backoff(initial=1.0, maximum=30.0)
+        for attempt in range(1, self.attempts + 1):
+            try:
+                got = await self._timed("obtain", self.provider.obtain(step.pool, step.units, token=step.token,
+                                                                         deadline=deadline))
+                assert isinstance(got, Obtained)
+                return got
+            except ProviderError as exc:
+                if exc.error_class is not ErrorClass.TRANSIENT or attempt == self.attempts:
+                    raise
+                delay = backoff.next(exc.retry_after)
+                log.info("obtain %s x%d (token %s) failed transiently (%s); retrying in %.1fs with the same token",
+                         step.pool, step.units, step.token, exc, delay)
+                await self.clock.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def obtain_all(self, steps: Sequence[Step], deadline: float) -> dict[str, Obtained]:
+        """Every step's units, or :class:`ScaleUpFailed` after releasing everything the steps obtained."""
+        results = await asyncio.gather(*(self.obtain_step(step, deadline) for step in steps), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if not failures:
+            return {step.token: r for step, r in zip(steps, results, strict=True) if isinstance(r, Obtained)}
+        await self.release_steps(steps)
+        errors = [f if isinstance(f, ProviderError) else ProviderError(
+            ErrorClass.TRANSIENT, type(f).__name__, str(f), pool="?") for f in failures]
+        for f in failures:
+            if not isinstance(f, ProviderError):
+                log.error("provider raised an unexpected error", exc_info=f)
+        raise ScaleUpFailed(errors)
+
+    async def release_steps(self, steps: Sequence[Step]) -> int:
+        """Release whatever each step's token obtained (looked up at the provider); returns units released."""
+        released = 0
+        for step in steps:
+            got = await self._timed("lookup", self.provider.lookup(step.token))
+            if isinstance(got, Obtained) and got.units:
+                await self.release(step.pool, [unit.unit_id for unit in got.units], step.token)
+                released += len(got.units)
+        return released
+
+    async def release(self, pool: str, unit_ids: Sequence[str], token: str) -> None:
+        backoff = Backoff(initial=1.0, maximum=30.0)
+        for attempt in range(1, self.attempts + 1):
+            try:
+                await self._timed("release", self.provider.release(pool, unit_ids, token=token))
+                return
+            except ProviderError as exc:
+                if exc.error_class is not ErrorClass.TRANSIENT or attempt == self.attempts:
+                    raise
+                await self.clock.sleep(backoff.next(exc.retry_after))

@@ -1,0 +1,77 @@
+"""``gangscale run``: wire the client, the provider, the controller and the observe server, run until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+
+from gangscale.clock import SystemClock
+from gangscale.config import PoolFile
+from gangscale.controller.loop import Controller
+from gangscale.controller.settings import Settings
+from gangscale.kube.client import make_http
+from gangscale.observe.metrics import Metrics
+from gangscale.observe.server import ObserveServer
+from gangscale.providers.base import NodePoolProvider
+from gangscale.providers.simulated import SimulatedProvider
+
+log = logging.getLogger(__name__)
+PROVIDERS = ("simulated",)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    pool_file: PoolFile
+    settings: Settings
+    provider: str = "simulated"
+    kubeconfig: str | None = None
+    context: str | None = None
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    duration: float | None = None
+
+
+async def serve(options: RunOptions) -> int:
+    clock = SystemClock()
+    http = await make_http(options.kubeconfig, options.context, user_agent="gangscale")
+    provider: NodePoolProvider = SimulatedProvider(http, options.pool_file.pools, clock)
+    metrics = Metrics(dry_run=options.settings.dry_run)
+    controller = Controller(http, provider, options.pool_file.pools, settings=options.settings,
+                            policy=options.pool_file.policy, clock=clock, metrics=metrics)
+    server = ObserveServer(host=options.metrics_host, port=options.metrics_port, metrics=metrics,
+                           healthy=controller.healthy, ready=controller.is_ready, plans=controller.debug_plans)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await server.start()
+        log.info("serving /healthz, /readyz, /metrics and /debug/plans on %s:%d", options.metrics_host, server.port)
+        runner = asyncio.create_task(controller.run(), name="controller")
+        stopper = asyncio.create_task(_stop_after(stop, options.duration), name="stop")
+        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (runner, stopper):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if runner in done and runner.exception() is not None:
+            log.error("the controller stopped", exc_info=runner.exception())
+            return 1
+        log.info("stopped")
+        return 0
+    finally:
+        await server.stop()
+        await provider.aclose()
+        await http.api_client.close()
+
+
+async def _stop_after(stop: asyncio.Event, duration: float | None) -> None:
+    if duration is None:
+        await stop.wait()
+    else:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=duration)

@@ -1,0 +1,69 @@
+"""The scale-up intent gangscale records on a ProvisioningRequest before it calls the provider (decision 12).
+
+It lives in ``status.provisioningClassDetails["gangscale.io/scale-up"]`` as compact JSON, written with the
+conditions under the ``gangscale`` field manager, so one status write both records the intent and tells the
+user what is happening. Each step carries the idempotency token the provider is called with: after a crash,
+calling ``obtain`` again with the same token returns the same units instead of creating more.
+
+Phases: ``obtaining`` (written before the first provider call), ``obtained`` (every unit granted; waiting
+for the nodes to be Ready). The record stays after ``Provisioned=True`` so the booked units stay known.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+DETAIL_KEY = "gangscale.io/scale-up"
+OBTAINING = "obtaining"
+OBTAINED = "obtained"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    pool: str
+    units: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    attempt: int
+    phase: str
+    deadline: float
+    steps: tuple[Step, ...]
+
+    def to_detail(self) -> str:
+        return json.dumps({"attempt": self.attempt, "phase": self.phase, "deadline": round(self.deadline, 3),
+                           "steps": [{"pool": s.pool, "units": s.units, "token": s.token} for s in self.steps]},
+                          separators=(",", ":"))
+
+    def with_phase(self, phase: str) -> Record:
+        return replace(self, phase=phase)
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return tuple(step.token for step in self.steps)
+
+
+def step_token(uid: str, attempt: int, index: int, now: float) -> str:
+    """A token unique to (PR, attempt, step), short enough for a label value (≤ 63 characters).
+
+    The attempt counter lives in memory, so the time (hex seconds) keeps tokens unique across restarts: a
+    token is never reused for a different scale-up.
+    """
+    return f"{uid[:36]}-{attempt % 100}-{int(now):x}-{index % 100}"
+
+
+def from_status(status: dict[str, Any]) -> Record | None:
+    """The record in a PR's status, or None (absent or unreadable: a record we cannot read is not ours)."""
+    raw = (status.get("provisioningClassDetails") or {}).get(DETAIL_KEY)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        steps = tuple(Step(str(s["pool"]), int(s["units"]), str(s["token"])) for s in data["steps"])
+        return Record(int(data["attempt"]), str(data["phase"]), float(data["deadline"]), steps)
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,48 @@
+"""The controller's knobs, with the defaults ``gangscale run`` documents (see ``gangscale run --help``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gangscale.sources.provreq import DEFAULT_CLASSES
+
+MINUTE = 60.0
+HOUR = 3600.0
+DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    #: ProvisioningRequest classes served; a PR of any other class is never touched.
+    classes: tuple[str, ...] = DEFAULT_CLASSES
+    #: Serve only PRs whose ``processorInstance`` parameter equals this ("" serves PRs without the parameter).
+    processor_instance: str = ""
+    dry_run: bool = False
+    #: Karpenter-style batching: a pass starts once no event arrived for ``batch_idle`` seconds, or
+    #: ``batch_max`` seconds after the first event, whichever comes first.
+    batch_idle: float = 1.0
+    batch_max: float = 10.0
+    #: How long capacity stays booked after Provisioned=True (per PR: parameter ``bookingSeconds``).
+    booking_ttl: float = 10 * MINUTE
+    #: Empty, unbooked units of managed pools are removed after this long.
+    scale_down_unneeded_time: float = 10 * MINUTE
+    #: A PR that is not provisioned this long after its creation fails with ``Expired``.
+    expiry: float = 7 * DAY
+    #: PRs whose outcome is older than this are deleted, as the cluster-autoscaler does (0: never).
+    terminal_ttl: float = 7 * DAY
+    #: Re-planning backoff for a PR that could not be placed: doubles from ``retry_initial`` to ``retry_max``.
+    retry_initial: float = 1 * MINUTE
+    retry_max: float = 10 * MINUTE
+    #: New nodes must be Ready this long after the scale-up started, or every unit is released.
+    max_node_provision_time: float = 15 * MINUTE
+    #: A pool that failed (stockout, quota, nodes never Ready) is skipped for this long, doubling up to
+    #: ``pool_backoff_max``; the doubling resets after ``pool_backoff_reset`` without failures.
+    pool_backoff_initial: float = 3 * MINUTE
+    pool_backoff_max: float = 30 * MINUTE
+    pool_backoff_reset: float = 3 * HOUR
+    #: Attempts of one provider call under the same token when it fails transiently.
+    provider_attempts: int = 5
+    #: Status writes and provider calls running at once.
+    concurrency: int = 32
+    #: ``/healthz`` fails when no pass completed for this long while work was waiting.
+    max_inactivity: float = 10 * MINUTE

@@ -1,0 +1,82 @@
+"""The writes gangscale makes to the API: ProvisioningRequest status by server-side apply, Events, deletes.
+
+Status goes through the ``/status`` subresource as an apply patch under field manager ``gangscale`` with
+``force=true`` (the cluster-autoscaler's best-effort-atomic class does the same with its own manager). The
+patch carries only the fields gangscale owns, so Kueue's or anybody else's fields are untouched; a condition
+type gangscale owned and now omits is removed, which is why every apply sends the complete set.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+from gangscale.clock import rfc3339
+from gangscale.kube.errors import ApiError
+from gangscale.kube.transport import KubeHTTP, Resource
+
+JSON = dict[str, Any]
+FIELD_MANAGER = "gangscale"
+PROVREQS = Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests")
+EVENTS = Resource("", "v1", "events")
+APPLY = "application/apply-patch+yaml"
+log = logging.getLogger(__name__)
+
+
+async def apply_provreq_status(http: KubeHTTP, namespace: str, name: str, status: JSON, *,
+                               uid: str | None = None) -> JSON:
+    """Apply ``status`` to the PR; ``uid`` makes the write fail (409) if the PR was deleted and recreated."""
+    metadata: JSON = {"name": name, "namespace": namespace}
+    if uid:
+        metadata["uid"] = uid
+    body = {"apiVersion": PROVREQS.api_version, "kind": "ProvisioningRequest", "metadata": metadata,
+            "status": status}
+    return await http.request("PATCH", PROVREQS.path(namespace, name, "status"),
+                              query={"fieldManager": FIELD_MANAGER, "force": True}, body=body, content_type=APPLY)
+
+
+async def delete_provreq(http: KubeHTTP, namespace: str, name: str, uid: str) -> None:
+    """Delete the PR if it is still the same object (uid precondition); gone already is fine."""
+    try:
+        await http.request("DELETE", PROVREQS.path(namespace, name), body={
+            "apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}})
+    except ApiError as exc:
+        if not exc.not_found and not exc.conflict:
+            raise
+
+
+class EventRecorder:
+    """Kubernetes Events (core/v1) about ProvisioningRequests, from component ``gangscale``.
+
+    Failures to record are logged and swallowed: an event is a courtesy and must never stop the loop.
+    """
+
+    def __init__(self, http: KubeHTTP, *, component: str = FIELD_MANAGER, host: str = "") -> None:
+        self.http = http
+        self.component = component
+        self.host = host
+        self._seq = itertools.count()
+        self.sent = 0
+
+    async def record(self, obj: JSON, event_type: str, reason: str, message: str, now: float) -> None:
+        meta = obj.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        stamp = rfc3339(now)
+        body: JSON = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta.get('name', 'object')}.{int(now * 1000):x}{next(self._seq):04x}",
+                         "namespace": namespace},
+            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                               "name": meta.get("name"), "namespace": meta.get("namespace"),
+                               "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
+            "type": event_type, "reason": reason, "message": message[:1024],
+            "source": {"component": self.component, "host": self.host},
+            "reportingComponent": self.component, "reportingInstance": self.host or self.component,
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            await self.http.request("POST", EVENTS.path(namespace), body=body)
+            self.sent += 1
+        except ApiError as exc:
+            log.warning("could not record event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)

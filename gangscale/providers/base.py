@@ -1,0 +1,85 @@
+"""The node-pool provider interface (DESIGN decision 11) and its error taxonomy.
+
+A provider obtains and releases *units* of a node pool: one node, or a whole multi-host TPU slice. The
+contract the controller relies on:
+
+- ``obtain(pool, units, token=, deadline=)`` is all-or-nothing. On failure the provider has released
+  whatever it created (``ProviderError.rolled_back``), except for a :attr:`ErrorClass.TRANSIENT` error whose
+  outcome is unknown (``rolled_back=False``): then the caller calls ``obtain`` again with the *same* token.
+  The same token always designates the same units: repeating a call never scales twice.
+- ``lookup(token)`` tells what a token obtained (after a restart, from the cloud's own records); ``None``
+  when it obtained nothing that still exists.
+- ``release(pool, unit_ids, token=)`` is idempotent: releasing a unit that is already gone succeeds.
+- Every node of a unit registers with the labels ``gangscale.io/node-pool`` (the pool) and
+  ``gangscale.io/unit`` (the unit id), so the controller can count units and remove slices whole from Node
+  objects alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+UNIT_LABEL = "gangscale.io/unit"
+TOKEN_LABEL = "gangscale.io/token"
+
+
+class ErrorClass(StrEnum):
+    #: The cloud has no capacity of this kind now: back this pool off and try another.
+    STOCKOUT = "stockout"
+    #: An account or project limit: back off for longer; an operator has to act.
+    QUOTA = "quota"
+    #: Throttling, a server error, a timeout: retry the same call with the same token.
+    TRANSIENT = "transient"
+    #: A bad request, configuration or permission: do not retry as is.
+    PERMANENT = "permanent"
+
+
+class ProviderError(Exception):
+    def __init__(self, error_class: ErrorClass, code: str, message: str, *, pool: str,
+                 retry_after: float | None = None, rolled_back: bool = True) -> None:
+        super().__init__(f"{pool}: {code}: {message}")
+        self.error_class = error_class
+        self.code = code
+        self.message = message
+        self.pool = pool
+        self.retry_after = retry_after
+        self.rolled_back = rolled_back
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One unit of a pool and the names of the nodes it registers as (all of them, even before they appear)."""
+
+    unit_id: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Obtained:
+    token: str
+    pool: str
+    units: tuple[Unit, ...]
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(name for unit in self.units for name in unit.nodes)
+
+
+class NodePoolProvider(Protocol):
+    #: Short name for metrics and logs ("simulated", "gke").
+    name: str
+
+    async def start(self) -> None:
+        """Load whatever the provider needs (its records of earlier tokens) before the first call."""
+        ...
+
+    async def obtain(self, pool: str, units: int, *, token: str, deadline: float) -> Obtained: ...
+
+    async def lookup(self, token: str) -> Obtained | None: ...
+
+    async def release(self, pool: str, unit_ids: Sequence[str], *, token: str) -> None: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,619 @@
+"""The ``simulated`` node-pool provider: a pretend cloud that registers real Node objects.
+
+What the cloud does, per pool (the pool file's ``simulated:`` section, camelCase keys):
+
+- It holds ``stock`` units (None: unlimited). Units obtained and not released count against it; asking for
+  more than is left fails with STOCKOUT (``GCE_STOCKOUT``) and creates nothing.
+- ``obtain`` creates every node of every unit through the Kubernetes API (``POST /api/v1/nodes``), a
+  multi-host slice whole, with the pool's labels, taints and allocatable plus ``gangscale.io/node-pool``,
+  ``gangscale.io/unit``, ``gangscale.io/token`` and ``kubernetes.io/hostname``. The nodes start with a
+  ``Ready=False`` condition (the API server adds the ``not-ready`` taint); ``provisionSeconds`` of clock
+  time later (default 60) a background task patches ``Ready=True`` into their status as a kubelet would,
+  and the API server's node lifecycle controller lifts the taint.
+- The cloud's records *are* the Node objects: ``start()`` lists them and rebuilds which token obtained which
+  units and how much stock is in use, and re-arms the Ready timers of nodes that are not Ready yet, so a
+  new instance after a controller restart knows what earlier tokens obtained.
+- ``obtain`` under a token that already obtained units returns those units and creates nothing; if it
+  asks for a different pool or count it fails with PERMANENT ``TOKEN_MISMATCH``.
+- ``release`` deletes the units' nodes (one already gone counts as deleted) and returns their stock.
+
+Every failure is a :class:`~gangscale.providers.base.ProviderError`. A failed obtain deletes what it
+created (``rolled_back=True``); if that cleanup itself fails, the units stay recorded against the token
+(``rolled_back=False``) and an obtain with the same token finishes them.
+
+Test knobs, per pool, through ``provider.faults(pool)`` (a mutable
+:class:`~gangscale.providers.simfaults.PoolFaults`): ``stockout``, ``quota``, ``partial_grant`` (one-shot),
+``never_ready``, ``timeouts`` (lost responses), ``transient_errors`` and ``call_latency``. ``provider.calls``
+logs every obtain and release with its outcome.
+
+``deadline`` is clock time (seconds since the epoch, like :meth:`Clock.now`); the only simulated time an
+obtain spends is ``call_latency``, and a call whose latency would pass its deadline fails with TRANSIENT
+``DEADLINE_EXCEEDED`` having done nothing. Time is read only from the injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gangscale.clock import Clock, parse_rfc3339, rfc3339
+from gangscale.configschema import DEFAULT_PROVISION_SECONDS
+from gangscale.model.nodepool import POOL_LABEL, NodePool
+from gangscale.model.pod import HOSTNAME_LABEL
+from gangscale.model.quantity import format_quantity
+from gangscale.model.resources import DEFAULT_MAX_PODS, PODS
+from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtained, ProviderError, Unit
+from gangscale.providers.simfaults import (
+    CREATED,
+    OBTAIN,
+    RELEASE,
+    RELEASED,
+    REUSED,
+    CallTrace,
+    PoolFaults,
+    ProviderCall,
+    api_error,
+    gate,
+    http_status,
+    lost_response,
+    quota_exceeded,
+    stockout,
+    with_rollback,
+)
+
+__all__ = ["KubeRequests", "PoolFaults", "ProviderCall", "SimulatedProvider"]
+
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
+
+NODES_PATH = "/api/v1/nodes"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+#: Clock time at which the unit's nodes turn Ready; survives a restart on the Node itself.
+READY_AT_ANNOTATION = "simulated.gangscale.io/ready-at"
+#: ``<index>/<count>``: the unit's place in the obtain that created it, to rebuild ``Obtained`` in order.
+SLOT_ANNOTATION = "simulated.gangscale.io/slot"
+PROVIDER_ID_SCHEME = "simulated://"
+
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_LABEL_VALUE_MAX = 63
+_UNIT_SUFFIX_HEX = 5
+_LIST_PAGE = 500
+
+
+class KubeRequests(Protocol):
+    """The part of :class:`gangscale.kube.transport.KubeHTTP` the provider uses.
+
+    ``gangscale.providers`` and ``gangscale.kube`` are independent layers (``.importlinter``), so the client
+    is described by its shape; errors are read the same way (an ``int`` ``status``, as ``ApiError`` has).
+    """
+
+    async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
+                      body: Any = None, content_type: str = "application/json") -> dict[str, Any]: ...
+
+
+@dataclass
+class _Record:
+    """What one token obtained: the units it designates and which of their nodes are known to exist."""
+
+    token: str
+    pool: str
+    #: The count the obtain asked for (what a repeated obtain must ask for again).
+    requested: int
+    units: list[Unit]
+    created: set[str] = field(default_factory=set)
+    #: Nodes whose create call failed without saying whether it happened: a rollback must try them too.
+    uncertain: set[str] = field(default_factory=set)
+    ready_at: dict[str, float] = field(default_factory=dict)
+    #: Nodes whose Ready timer was set up (or deliberately not, under ``never_ready``).
+    armed: set[str] = field(default_factory=set)
+
+    @property
+    def complete(self) -> bool:
+        return all(name in self.created for unit in self.units for name in unit.nodes)
+
+    def obtained(self) -> Obtained:
+        return Obtained(self.token, self.pool, tuple(self.units))
+
+
+@dataclass(frozen=True, slots=True)
+class _PoolSettings:
+    stock: int | None
+    provision_seconds: float
+
+
+class SimulatedProvider:
+    """A simulated cloud over the Kubernetes API; see the module docstring. Call :meth:`start` first."""
+
+    name = "simulated"
+
+    def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock, *, seed: int = 0) -> None:
+        self._http = http
+        self._clock = clock
+        self._pools: dict[str, NodePool] = {}
+        for pool in pools:
+            if pool.name in self._pools:
+                raise ValueError(f"pool {pool.name}: defined twice")
+            self._pools[pool.name] = pool
+        self._settings = {name: _settings(pool) for name, pool in self._pools.items()}
+        self._faults = {name: PoolFaults() for name in self._pools}
+        self._rng = random.Random(seed)
+        self._records: dict[str, _Record] = {}
+        self._unit_token: dict[str, str] = {}
+        # Never hand out an id twice, even one released since: a new unit must not look like an old one.
+        self._issued: set[str] = set()
+        self._timers: dict[str, set[asyncio.Task[None]]] = {}
+        # One mutation at a time per pool, so its stock is never oversold and a token is never worked on twice
+        # at once (a token belongs to one pool); pools are independent, as a cloud's would be.
+        self._locks = {name: asyncio.Lock() for name in self._pools}
+        self._started = False
+        self.calls: list[ProviderCall] = []
+
+    # --- knobs and state for tests ------------------------------------------------------------------
+
+    def faults(self, pool: str) -> PoolFaults:
+        return self._faults[self._pool(pool).name]
+
+    def available(self, pool: str) -> int | None:
+        """Units the pool can still hand out (None: unlimited)."""
+        stock = self._settings[self._pool(pool).name].stock
+        return None if stock is None else max(0, stock - self._in_use(pool))
+
+    def in_use(self, pool: str) -> int:
+        return self._in_use(self._pool(pool).name)
+
+    # --- NodePoolProvider ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Rebuild the inventory from the Node objects and re-arm the Ready timers of nodes not Ready yet."""
+        if self._started:
+            return
+        try:
+            nodes = await self._list_nodes(POOL_LABEL)
+        except Exception as exc:
+            raise api_error("", "listing nodes", exc) from exc
+        self._rebuild(nodes)
+        self._started = True
+
+    async def obtain(self, pool: str, units: int, *, token: str, deadline: float) -> Obtained:
+        trace = CallTrace(OBTAIN, pool, units, token, self._clock.now())
+        try:
+            obtained = await self._obtain(trace, deadline)
+        except ProviderError as exc:
+            self.calls.append(trace.finish(exc))
+            raise
+        self.calls.append(trace.finish())
+        return obtained
+
+    async def lookup(self, token: str) -> Obtained | None:
+        self._require_started()
+        record = self._records.get(token)
+        return record.obtained() if record is not None else None
+
+    async def release(self, pool: str, unit_ids: Sequence[str], *, token: str) -> None:
+        trace = CallTrace(RELEASE, pool, len(unit_ids), token, self._clock.now())
+        try:
+            await self._release(trace, list(dict.fromkeys(unit_ids)))
+        except ProviderError as exc:
+            self.calls.append(trace.finish(exc))
+            raise
+        self.calls.append(trace.finish())
+
+    async def aclose(self) -> None:
+        tasks = [task for group in self._timers.values() for task in group]
+        self._timers.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # --- obtain -------------------------------------------------------------------------------------
+
+    async def _obtain(self, trace: CallTrace, deadline: float) -> Obtained:
+        pool = self._pool(trace.pool)
+        self._require_started()
+        if trace.units < 1:
+            raise ProviderError(ErrorClass.PERMANENT, "INVALID_ARGUMENT",
+                                f"asked for {trace.units} units; at least 1 is needed", pool=pool.name)
+        _check_token(trace.token, pool.name)
+        faults = self._faults[pool.name]
+        await gate(self._clock, faults, pool.name, deadline)
+        async with self._locks[pool.name]:
+            record = self._records.get(trace.token)
+            if record is not None:
+                if record.pool != pool.name or record.requested != trace.units:
+                    raise ProviderError(ErrorClass.PERMANENT, "TOKEN_MISMATCH",
+                                        f"token {trace.token} already obtained {record.requested} unit(s) of pool "
+                                        f"{record.pool}; this call asks for {trace.units} of {pool.name}",
+                                        pool=pool.name)
+                trace.outcome = REUSED
+                if not record.complete:  # an earlier attempt failed half-way and could not clean up
+                    trace.outcome = CREATED
+                    await self._materialize(pool, record, trace, faults)
+            else:
+                # No await since the lookup above: the token is claimed before another pool's call can see it.
+                record = self._reserve(pool, trace, faults)
+                trace.outcome = CREATED
+                grant, faults.partial_grant = faults.partial_grant, None
+                await self._materialize(pool, record, trace, faults,
+                                        grant=None if grant is None else max(0, min(grant, trace.units)))
+            trace.unit_ids = tuple(unit.unit_id for unit in record.units)
+            if faults.timeouts > 0:
+                faults.timeouts -= 1
+                raise lost_response(pool.name)
+            return record.obtained()
+
+    def _reserve(self, pool: NodePool, trace: CallTrace, faults: PoolFaults) -> _Record:
+        """Check quota and stock and record the token's units, so that they count before any node exists."""
+        if faults.quota:
+            raise quota_exceeded(pool.name)
+        if faults.stockout:
+            raise stockout(pool.name, trace.units, 0, " (simulated stockout)")
+        available = self.available(pool.name)
+        if available is not None and trace.units > available:
+            raise stockout(pool.name, trace.units, available)
+        units = []
+        for _ in range(trace.units):
+            unit_id = self._new_unit_id(pool)
+            units.append(Unit(unit_id, tuple(f"{unit_id}-{i}" for i in range(pool.nodes_per_unit))))
+        record = _Record(trace.token, pool.name, trace.units, units)
+        self._remember(record)
+        return record
+
+    async def _materialize(self, pool: NodePool, record: _Record, trace: CallTrace, faults: PoolFaults, *,
+                           grant: int | None = None) -> None:
+        """Create the record's missing nodes; on failure delete what exists and raise (see ``_rollback``)."""
+        settings = self._settings[pool.name]
+        try:
+            for slot, unit in enumerate(record.units[:grant] if grant is not None else record.units):
+                ready_at = record.ready_at.setdefault(unit.unit_id,
+                                                      self._clock.now() + settings.provision_seconds)
+                for name in unit.nodes:
+                    if name not in record.created and await self._create_node(pool, record, slot, unit, name):
+                        trace.nodes_created += 1
+                # Armed once the whole unit exists, including nodes left by an attempt that failed half-way.
+                waiting = [name for name in unit.nodes if name not in record.armed]
+                record.armed.update(waiting)
+                if waiting and not faults.never_ready:
+                    self._arm(unit.unit_id, waiting, ready_at)
+            if grant is not None:
+                raise stockout(pool.name, record.requested, grant,
+                               f" (simulated partial grant: ran out after creating {grant})")
+        except Exception as exc:
+            error = api_error(pool.name, "creating nodes", exc)
+            raise with_rollback(error, await self._rollback(record, trace)) from exc
+
+    async def _create_node(self, pool: NodePool, record: _Record, slot: int, unit: Unit, name: str) -> bool:
+        """Create one node; False if it already existed as this unit's node (an earlier attempt made it)."""
+        body = self._node_body(pool, record, slot, unit, name)
+        record.uncertain.add(name)
+        try:
+            await self._http.request("POST", NODES_PATH, body=body)
+        except Exception as exc:
+            if http_status(exc) != 409:
+                raise
+            record.uncertain.discard(name)
+            existing = await self._http.request("GET", f"{NODES_PATH}/{name}")
+            labels = (existing.get("metadata") or {}).get("labels") or {}
+            if labels.get(TOKEN_LABEL) != record.token or labels.get(UNIT_LABEL) != unit.unit_id:
+                raise ProviderError(ErrorClass.PERMANENT, "NODE_NAME_TAKEN",
+                                    f"node {name} exists and does not belong to unit {unit.unit_id}",
+                                    pool=pool.name) from exc
+            record.created.add(name)
+            return False
+        record.uncertain.discard(name)
+        record.created.add(name)
+        return True
+
+    async def _rollback(self, record: _Record, trace: CallTrace) -> bool:
+        """Delete the record's nodes and forget it; False (and the record kept) if some delete failed."""
+        clean = True
+        # If some node survives, a retry finishes the record and re-arms every node it then has.
+        for unit in record.units:
+            self._cancel_timers(unit.unit_id)
+        record.armed.clear()
+        for unit in record.units:
+            for name in unit.nodes:
+                if name not in record.created and name not in record.uncertain:
+                    continue
+                try:
+                    trace.nodes_deleted += await self._delete_node(name)
+                except Exception:
+                    log.warning("simulated: could not roll back node %s of token %s", name, record.token,
+                                exc_info=True)
+                    clean = False
+                    continue
+                record.created.discard(name)
+                record.uncertain.discard(name)
+        if clean:
+            self._forget(record)
+        return clean
+
+    # --- release ------------------------------------------------------------------------------------
+
+    async def _release(self, trace: CallTrace, unit_ids: list[str]) -> None:
+        pool = self._pool(trace.pool)
+        self._require_started()
+        await gate(self._clock, self._faults[pool.name], pool.name, None)
+        async with self._locks[pool.name]:
+            for unit_id in unit_ids:
+                owner = self._records.get(self._unit_token.get(unit_id, ""))
+                if owner is not None and owner.pool != pool.name:
+                    raise ProviderError(ErrorClass.PERMANENT, "WRONG_POOL",
+                                        f"unit {unit_id} belongs to pool {owner.pool}", pool=pool.name)
+            trace.outcome, trace.unit_ids = RELEASED, tuple(unit_ids)
+            failure: Exception | None = None
+            for unit_id in unit_ids:
+                try:
+                    for name in await self._unit_nodes(pool.name, unit_id):
+                        trace.nodes_deleted += await self._delete_node(name)
+                except Exception as exc:
+                    failure = failure or exc
+                    continue
+                self._drop_unit(unit_id)
+            if failure is not None:
+                # Units whose nodes are all gone were forgotten; retrying releases the rest.
+                raise with_rollback(api_error(pool.name, "deleting nodes", failure), False) from failure
+
+    async def _unit_nodes(self, pool: str, unit_id: str) -> list[str]:
+        """The unit's node names: from the inventory, else (a unit this instance never saw) from the API."""
+        record = self._records.get(self._unit_token.get(unit_id, ""))
+        if record is not None:
+            return [name for unit in record.units if unit.unit_id == unit_id for name in unit.nodes]
+        if not _is_label_value(unit_id):
+            return []  # no node can carry it as a label
+        nodes = await self._list_nodes(f"{POOL_LABEL}={pool},{UNIT_LABEL}={unit_id}")
+        return [node["metadata"]["name"] for node in nodes]
+
+    # --- inventory ----------------------------------------------------------------------------------
+
+    def _remember(self, record: _Record) -> None:
+        self._records[record.token] = record
+        for unit in record.units:
+            self._unit_token[unit.unit_id] = record.token
+            self._issued.add(unit.unit_id)
+
+    def _forget(self, record: _Record) -> None:
+        for unit in list(record.units):
+            self._drop_unit(unit.unit_id)
+
+    def _drop_unit(self, unit_id: str) -> None:
+        self._cancel_timers(unit_id)
+        token = self._unit_token.pop(unit_id, None)
+        record = self._records.get(token or "")
+        if record is None:
+            return
+        for unit in record.units:
+            if unit.unit_id == unit_id:
+                record.created.difference_update(unit.nodes)
+                record.uncertain.difference_update(unit.nodes)
+                record.armed.difference_update(unit.nodes)
+        record.units = [unit for unit in record.units if unit.unit_id != unit_id]
+        record.ready_at.pop(unit_id, None)
+        if not record.units:
+            del self._records[record.token]
+
+    def _in_use(self, pool: str) -> int:
+        return sum(len(record.units) for record in self._records.values() if record.pool == pool)
+
+    def _new_unit_id(self, pool: NodePool) -> str:
+        # Long pool names are cut so that the unit id (a label) and the node names (the hostname label, which
+        # has the same 63-character limit) stay valid label values.
+        room = _LABEL_VALUE_MAX - len(f"-{pool.nodes_per_unit - 1}") - _UNIT_SUFFIX_HEX - 1
+        prefix = pool.name[:room].rstrip("-_.")
+        while True:
+            unit_id = f"{prefix}-{self._rng.getrandbits(4 * _UNIT_SUFFIX_HEX):0{_UNIT_SUFFIX_HEX}x}"
+            if unit_id not in self._issued:
+                self._issued.add(unit_id)
+                return unit_id
+
+    def _rebuild(self, nodes: Iterable[JSON]) -> None:
+        found: dict[str, dict[str, dict[str, JSON]]] = {}  # token -> unit id -> node name -> node
+        pools: dict[str, str] = {}
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            pool, token, unit_id = labels.get(POOL_LABEL), labels.get(TOKEN_LABEL), labels.get(UNIT_LABEL)
+            if pool not in self._pools or not token or not unit_id or meta.get("deletionTimestamp"):
+                continue
+            if pools.setdefault(token, pool) != pool:
+                log.warning("simulated: token %s has nodes in pools %s and %s; keeping %s",
+                            token, pools[token], pool, pools[token])
+                continue
+            found.setdefault(token, {}).setdefault(unit_id, {})[meta["name"]] = node
+        for token, units in found.items():
+            pool = self._pools[pools[token]]
+            slots = {unit_id: _slot(next(iter(nodes.values()))) for unit_id, nodes in units.items()}
+            ordered = sorted(units, key=lambda unit_id: (slots[unit_id][0], unit_id))
+            record = _Record(token, pool.name, max([len(units)] + [count for _, count in slots.values()]), [
+                Unit(unit_id, _unit_node_names(unit_id, pool.nodes_per_unit, units[unit_id])) for unit_id in ordered])
+            for unit_id, unit_nodes in units.items():
+                record.created.update(unit_nodes)
+                record.armed.update(unit_nodes)
+                record.ready_at[unit_id] = min(self._ready_at(pool, node) for node in unit_nodes.values())
+            self._remember(record)
+            if self._faults[pool.name].never_ready:
+                continue
+            for unit_id, unit_nodes in units.items():
+                pending = sorted(name for name, node in unit_nodes.items() if not _is_ready(node))
+                if pending:
+                    self._arm(unit_id, pending, record.ready_at[unit_id])
+
+    def _ready_at(self, pool: NodePool, node: JSON) -> float:
+        meta = node.get("metadata") or {}
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            return float((meta.get("annotations") or {})[READY_AT_ANNOTATION])
+        created = parse_rfc3339(meta.get("creationTimestamp"))
+        if created is None:
+            return self._clock.now()
+        return created + self._settings[pool.name].provision_seconds
+
+    # --- Ready timers -------------------------------------------------------------------------------
+
+    def _arm(self, unit_id: str, nodes: Sequence[str], ready_at: float) -> None:
+        task = asyncio.create_task(self._become_ready(unit_id, tuple(nodes), ready_at),
+                                   name=f"simulated-ready-{unit_id}")
+        self._timers.setdefault(unit_id, set()).add(task)
+        task.add_done_callback(lambda done: self._timer_done(unit_id, done))
+
+    def _timer_done(self, unit_id: str, task: asyncio.Task[None]) -> None:
+        group = self._timers.get(unit_id)
+        if group is not None:
+            group.discard(task)
+            if not group:
+                del self._timers[unit_id]
+
+    def _cancel_timers(self, unit_id: str) -> None:
+        for task in self._timers.pop(unit_id, set()):
+            task.cancel()
+
+    async def _become_ready(self, unit_id: str, nodes: tuple[str, ...], ready_at: float) -> None:
+        try:
+            delay = ready_at - self._clock.now()
+            if delay > 0:
+                await self._clock.sleep(delay)
+            stamp = rfc3339(self._clock.now())
+            body = {"status": {"conditions": [_ready_condition(True, stamp)]}}
+            for name in nodes:
+                try:
+                    await self._http.request("PATCH", f"{NODES_PATH}/{name}/status", body=body,
+                                             content_type=STRATEGIC_MERGE_PATCH)
+                except Exception as exc:
+                    if http_status(exc) != 404:  # released meanwhile: nothing left to make Ready
+                        raise
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A lost timer leaves nodes NotReady forever; say so loudly rather than die silently.
+            log.exception("simulated: could not mark the nodes of unit %s Ready", unit_id)
+
+    # --- Kubernetes API -----------------------------------------------------------------------------
+
+    def _node_body(self, pool: NodePool, record: _Record, slot: int, unit: Unit, name: str) -> JSON:
+        quantities = {resource: format_quantity(resource, amount) for resource, amount in pool.allocatable.items()}
+        quantities.setdefault(PODS, str(DEFAULT_MAX_PODS))
+        labels = {**pool.labels, POOL_LABEL: pool.name, UNIT_LABEL: unit.unit_id, TOKEN_LABEL: record.token,
+                  HOSTNAME_LABEL: name}
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": {SLOT_ANNOTATION: f"{slot}/{record.requested}",
+                                READY_AT_ANNOTATION: repr(record.ready_at[unit.unit_id])},
+            },
+            "spec": {
+                "providerID": f"{PROVIDER_ID_SCHEME}{pool.name}/{unit.unit_id}/{name}",
+                "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints],
+            },
+            "status": {
+                "capacity": dict(quantities),
+                "allocatable": dict(quantities),
+                "conditions": [_ready_condition(False, rfc3339(self._clock.now()))],
+            },
+        }
+
+    async def _delete_node(self, name: str) -> int:
+        """1 if the node was deleted, 0 if it was already gone."""
+        try:
+            await self._http.request("DELETE", f"{NODES_PATH}/{name}")
+        except Exception as exc:
+            if http_status(exc) == 404:
+                return 0
+            raise
+        return 1
+
+    async def _list_nodes(self, selector: str) -> list[JSON]:
+        items: list[JSON] = []
+        token: str | None = None
+        while True:
+            page = await self._http.request("GET", NODES_PATH, query={
+                "labelSelector": selector, "limit": _LIST_PAGE, "continue": token})
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items
+
+    # --- helpers ------------------------------------------------------------------------------------
+
+    def _pool(self, name: str) -> NodePool:
+        pool = self._pools.get(name)
+        if pool is None:
+            raise ProviderError(ErrorClass.PERMANENT, "UNKNOWN_POOL",
+                                f"no simulated pool named {name!r} (known: {', '.join(sorted(self._pools))})",
+                                pool=name)
+        return pool
+
+    def _require_started(self) -> None:
+        if not self._started:
+            raise RuntimeError("SimulatedProvider.start() must be awaited before the first call")
+
+
+def _settings(pool: NodePool) -> _PoolSettings:
+    raw = pool.provider.get("simulated") or {}
+    stock = raw.get("stock")
+    provision = raw.get("provisionSeconds", DEFAULT_PROVISION_SECONDS)
+    if provision is None:
+        provision = DEFAULT_PROVISION_SECONDS
+    if stock is not None and (isinstance(stock, bool) or not isinstance(stock, int) or stock < 0):
+        raise ValueError(f"pool {pool.name}: simulated.stock must be a non-negative integer, got {stock!r}")
+    if isinstance(provision, bool) or not isinstance(provision, int | float) or provision < 0:
+        raise ValueError(f"pool {pool.name}: simulated.provisionSeconds must be a non-negative number, "
+                         f"got {provision!r}")
+    return _PoolSettings(stock, float(provision))
+
+
+def _ready_condition(ready: bool, stamp: str) -> JSON:
+    return {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "message": "kubelet is posting ready status" if ready else "node is being provisioned (simulated)",
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+
+
+def _is_ready(node: JSON) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _slot(node: JSON) -> tuple[int, int]:
+    """``(index, count)`` from the slot annotation; a node without one sorts last and says nothing of the count."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(SLOT_ANNOTATION, "")
+    index, _, count = str(raw).partition("/")
+    try:
+        return int(index), int(count)
+    except ValueError:
+        return 1 << 30, 0
+
+
+def _unit_node_names(unit_id: str, nodes_per_unit: int, found: Iterable[str]) -> tuple[str, ...]:
+    """The unit's nodes: those that exist plus those its size says it should have."""
+    names = set(found) | {f"{unit_id}-{i}" for i in range(nodes_per_unit)}
+
+    def index(name: str) -> tuple[int, str]:
+        suffix = name.rpartition("-")[2]
+        return (int(suffix), name) if suffix.isdigit() else (1 << 30, name)
+
+    return tuple(sorted(names, key=index))
+
+
+def _is_label_value(value: str) -> bool:
+    return len(value) <= _LABEL_VALUE_MAX and _LABEL_VALUE.match(value) is not None
+
+
+def _check_token(token: str, pool: str) -> None:
+    # The token is stored as a node label: that is how a restarted provider finds what it obtained.
+    if not token or not _is_label_value(token):
+        raise ProviderError(ErrorClass.PERMANENT, "INVALID_TOKEN",
+                            f"token {token!r} must be a non-empty label value (at most 63 alphanumerics, "
+                            "'-', '_' or '.', starting and ending with an alphanumeric)", pool=pool)

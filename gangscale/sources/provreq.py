@@ -1,0 +1,142 @@
+"""ProvisioningRequests -> gangs (provreq-spec §1.4).
+
+A PR of a served class becomes one :class:`Gang`: each ``podSets[i]`` is ``count`` pods built from the
+PodTemplate ``podTemplateRef.name`` in the PR's namespace, as the cluster-autoscaler builds its in-memory pods.
+Templates are resolved through a lookup function so that the caller decides where they come from (the
+reflector cache, then a live GET for a template the cache has not seen yet).
+
+Problems that make the PR unusable raise :class:`PodSetError` with the message the ``Failed`` condition
+carries; the missing-template message keeps upstream's wording (``missing pod templates, ...``) so that tools
+matching on it keep working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gangscale.clock import parse_rfc3339
+from gangscale.model.gang import Gang, PodSet
+from gangscale.model.pod import pod_demand
+from gangscale.model.scheduling import SpecError
+
+JSON = dict[str, Any]
+
+ATOMIC_CLASS = "atomic-scale-up.gangscale.io"
+CHECK_CAPACITY_CLASS = "check-capacity.gangscale.io"
+UPSTREAM_ATOMIC_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+UPSTREAM_CHECK_CAPACITY_CLASS = "check-capacity.autoscaling.x-k8s.io"
+DEFAULT_CLASSES = (ATOMIC_CLASS, CHECK_CAPACITY_CLASS)
+#: Classes that only check (and book) existing capacity and never scale a pool.
+CHECK_CAPACITY_CLASSES = frozenset({CHECK_CAPACITY_CLASS, UPSTREAM_CHECK_CAPACITY_CLASS})
+
+CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
+CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
+DEPRECATED_CONSUME_ANNOTATION = "cluster-autoscaler.kubernetes.io/consume-provisioning-request"
+
+# Parameters gangscale reads (spec.parameters; Kueue fills them from the ProvisioningRequestConfig and from
+# ``provreq.kueue.x-k8s.io/<name>`` annotations on the job).
+NO_RETRY = "noRetry"
+PROCESSOR_INSTANCE = "processorInstance"
+#: ``Requested``: Provisioned=True once the provider granted every unit (upstream best-effort behaviour);
+#: ``Ready`` (default): once every new node is registered and Ready.
+PROVISIONED_WHEN = "provisionedWhen"
+#: Seconds the capacity stays booked after Provisioned=True, overriding the class default.
+BOOKING_SECONDS = "bookingSeconds"
+#: Let the gang's nodes span zones (default: one zone).
+SPREAD_ZONES = "spreadZones"
+
+WORKLOAD_KIND = "Workload"
+
+
+class PodSetError(Exception):
+    """The PR cannot be turned into pods: the ``Failed=True/FailedToCreatePods`` message."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProvReq:
+    """The fields of a ProvisioningRequest that gangscale reads, parsed once."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    class_name: str
+    parameters: Mapping[str, str]
+    created: float
+    obj: JSON
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def pod_sets(self) -> list[JSON]:
+        return list(((self.obj.get("spec") or {}).get("podSets")) or [])
+
+    @property
+    def pods(self) -> int:
+        return sum(int(ps.get("count") or 0) for ps in self.pod_sets if isinstance(ps, Mapping))
+
+    @property
+    def status(self) -> JSON:
+        return self.obj.get("status") or {}
+
+    def flag(self, name: str) -> bool:
+        return str(self.parameters.get(name, "")).strip().lower() == "true"
+
+    def workload_owner(self) -> str | None:
+        """The name of the controlling Workload (Kueue creates PRs with one), if any."""
+        for ref in (self.obj.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") == WORKLOAD_KIND and str(ref.get("apiVersion", "")).startswith("kueue.x-k8s.io/"):
+                return str(ref.get("name", "")) or None
+        return None
+
+
+def parse(obj: JSON) -> ProvReq:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    params = spec.get("parameters") or {}
+    return ProvReq(
+        namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
+        generation=int(meta.get("generation") or 1), class_name=str(spec.get("provisioningClassName", "")),
+        parameters={str(k): str(v) for k, v in params.items()} if isinstance(params, Mapping) else {},
+        created=parse_rfc3339(meta.get("creationTimestamp")) or 0.0, obj=obj)
+
+
+def template_names(pr: ProvReq) -> list[str]:
+    return [str(((ps or {}).get("podTemplateRef") or {}).get("name", "")) for ps in pr.pod_sets]
+
+
+def build_gang(pr: ProvReq, template: Callable[[str], JSON | None], *, priority: int = 0,
+               may_scale: bool = True) -> Gang:
+    """The PR's gang; raises :class:`PodSetError` when a template is missing or unusable."""
+    names = template_names(pr)
+    if not names:
+        raise PodSetError("spec.podSets is empty: there are no pods to provision")
+    templates = {name: template(name) for name in dict.fromkeys(names)}
+    missing = [name for name, found in templates.items() if found is None]
+    if missing:
+        raise PodSetError(f"missing pod templates, {len(templates)} pod templates were referenced, "
+                          f"{len(missing)} templates were missing: {', '.join(missing)}")
+    pod_sets = []
+    for i, (raw, name) in enumerate(zip(pr.pod_sets, names, strict=True)):
+        count = raw.get("count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise PodSetError(f"spec.podSets[{i}].count must be a whole number of at least 1, got {count!r}")
+        found = templates[name]
+        assert found is not None
+        try:
+            demand = pod_demand(found.get("template") or {}, f"podtemplate {name}: template")
+        except SpecError as exc:
+            raise PodSetError(f"invalid pod template {name} (spec.podSets[{i}]): {exc}") from exc
+        pod_sets.append(PodSet(f"{i}-{name}", count, demand))
+    return Gang(pr.key, tuple(pod_sets), priority=priority, created=pr.created,
+                spread_zones=pr.flag(SPREAD_ZONES), may_scale=may_scale)
+
+
+def consumed_pr(pod: JSON) -> str | None:
+    """The name of the PR a pod consumes (new annotation first, then the deprecated one), or None."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(CONSUME_ANNOTATION) or annotations.get(DEPRECATED_CONSUME_ANNOTATION) or None
