@@ -9,7 +9,11 @@ contract the controller relies on:
   The same token always designates the same units: repeating a call never scales twice.
 - ``lookup(token)`` tells what a token obtained (after a restart, from the cloud's own records); ``None``
   when it obtained nothing that still exists.
-- ``release(pool, unit_ids, token=)`` is idempotent: releasing a unit that is already gone succeeds.
+- ``release(pool, unit_ids, token=)`` is idempotent: releasing a unit that is already gone succeeds. The
+  token names the release for the provider's own logs and deduplication; once every unit a token obtained
+  is released, the token designates nothing (``lookup`` returns None).
+- ``deadline`` is absolute clock time (seconds since the epoch, as :meth:`Clock.now`). Tokens must be valid
+  label values (at most 63 characters): providers label nodes with them.
 - Every node of a unit registers with the labels ``gangscale.io/node-pool`` (the pool) and
   ``gangscale.io/unit`` (the unit id), so the controller can count units and remove slices whole from Node
   objects alone.

@@ -559,3 +559,18 @@ def test_atomic_list_items_never_correlate() -> None:
 def test_other_cel_rules_are_ignored() -> None:
     schema = _schema(s={"type": "string", "x-kubernetes-validations": [{"rule": "self.size() < 2"}]})
     validation.validate({"s": "long"}, schema, old={"s": "x"}, kind="Widget", group="example.com", name="w")
+
+
+@pytest.mark.parametrize(("pattern", "value", "matches"), [
+    ("^(?i)[a-z]+$", "ABC", True),        # upstream AdmissionCheck controllerName style: flag after ^
+    ("^[a-z]+$", "ABC", False),
+    ("^a(b(?i)c)d$", "abCd", True),       # the flag holds to the end of its group only
+    ("^a(b(?i)c)D$", "abCd", False),
+    ("^x$", "x\n", False),                # $ is end of text in RE2
+], ids=["flag-after-anchor", "no-flag", "scoped-flag", "flag-ends-with-group", "dollar-end-of-text"])
+def test_crd_patterns_follow_re2_inline_flags(pattern: str, value: str, matches: bool) -> None:
+    from gangscale.sim.apiserver.validation import _go_regex
+
+    compiled = _go_regex(pattern)
+    assert not isinstance(compiled, str), compiled
+    assert bool(compiled.search(value)) is matches

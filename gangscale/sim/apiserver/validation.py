@@ -186,20 +186,37 @@ def _check_type(v: Any, s: Schema, path: str, errs: list[FieldError]) -> None:
         errs.append(_type_error(path, ",".join(types), data_type))
 
 
+_FLAG_GROUP = re.compile(r"\(\?([imsU]+)\)")
+
+
 @functools.lru_cache(maxsize=512)
 def _go_regex(pattern: str) -> re.Pattern[str] | str:
     """Compile an RE2 pattern for Python; ``$`` is end-of-text in Go, so it must not match before a final
-    newline. Returns the error text when the pattern does not compile."""
+    newline. An inline flag group such as ``(?i)`` may appear anywhere in RE2 and holds to the end of its
+    group; Python accepts one only at the start, so it becomes a scoped group ``(?i:...)`` closed where the
+    enclosing group closes (exact unless an alternation follows the flag in the same group).
+    Returns the error text when the pattern does not compile."""
     out, in_class, i = [], False, 0
+    closers = [0]  # per open group: scoped flag groups to close with it
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\" and i + 1 < len(pattern):
             out.append("\\Z" if pattern[i + 1] == "z" and not in_class else pattern[i:i + 2])
             i += 2
             continue
+        if not in_class and (flag := _FLAG_GROUP.match(pattern, i)) is not None:
+            out.append(f"(?{flag.group(1).replace('U', '')}:")
+            closers[-1] += 1
+            i = flag.end()
+            continue
+        if not in_class and ch == "(":
+            closers.append(0)
+        elif not in_class and ch == ")" and len(closers) > 1:
+            out.append(")" * closers.pop())
         in_class = (in_class and ch != "]") or (not in_class and ch == "[")
         out.append("\\Z" if ch == "$" and not in_class else ch)
         i += 1
+    out.append(")" * closers[0])
     try:
         return re.compile("".join(out))
     except re.error as exc:
