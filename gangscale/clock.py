@@ -45,13 +45,12 @@ def parse_rfc3339(value: str | None) -> float | None:
 
 async def wait_event(clock: Clock, event: asyncio.Event, timeout: float | None) -> bool:
     """Wait until ``event`` is set or ``timeout`` seconds of ``clock`` time pass; True if the event is set."""
-    if event.is_set():
-        return True
+    if event.is_set() or (timeout is not None and timeout <= 0):
+        await asyncio.sleep(0)  # always a turn of the loop: a caller looping on this must not starve others
+        return event.is_set()
     if timeout is None:
         await event.wait()
         return True
-    if timeout <= 0:
-        return event.is_set()
     waiter = asyncio.ensure_future(event.wait())
     sleeper = asyncio.ensure_future(clock.sleep(timeout))
     try:

@@ -37,7 +37,10 @@ class RunOptions:
 async def serve(options: RunOptions) -> int:
     clock = SystemClock()
     http = await make_http(options.kubeconfig, options.context, user_agent="gangscale")
-    provider: NodePoolProvider = SimulatedProvider(http, options.pool_file.pools, clock)
+    # The simulated cloud registers nodes under its own name, as a real cloud's kubelets would: audit logs
+    # (and the RBAC test) can tell its writes from the controller's.
+    cloud_http = await make_http(options.kubeconfig, options.context, user_agent="gangscale-simulated-cloud")
+    provider: NodePoolProvider = SimulatedProvider(cloud_http, options.pool_file.pools, clock)
     metrics = Metrics(dry_run=options.settings.dry_run)
     controller = Controller(http, provider, options.pool_file.pools, settings=options.settings,
                             policy=options.pool_file.policy, clock=clock, metrics=metrics)
@@ -66,6 +69,7 @@ async def serve(options: RunOptions) -> int:
     finally:
         await server.stop()
         await provider.aclose()
+        await cloud_http.api_client.close()
         await http.api_client.close()
 
 

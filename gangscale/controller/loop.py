@@ -290,11 +290,13 @@ class Controller:
                 self.metrics.scaled(step.pool, "up", step.units)
             st.record = record.with_phase(OBTAINED)
             self.transitions.obtained(st, self.clock.now())
+        if not st.deleted:
+            await self.sync(st)
+            await self.flush_events(st)
         if st.deleted:
+            # Deleted at any point of the scale-up (forget() leaves a busy request to its task): hand back
+            # whatever was obtained.
             await self.release(st, "its ProvisioningRequest was deleted while the units were obtained")
-            return
-        await self.sync(st)
-        await self.flush_events(st)
 
     async def release(self, st: RequestState, why: str, steps: Sequence[Any] | None = None) -> None:
         steps = tuple(steps if steps is not None else (st.record.steps if st.record else ()))

@@ -329,6 +329,8 @@ class Pass:
         ctl, s = self.ctl, self.ctl.settings
         times: list[float] = []
         for st in ctl.states.values():
+            if st.busy:
+                continue  # its task wakes the loop when it ends
             match phase(st):
                 case Phase.PENDING:
                     times.append(st.pr.created + s.expiry)
@@ -346,4 +348,6 @@ class Pass:
         for extra in (ctl.backoffs.next_expiry(now), next_due(ctl.idle_since, s.scale_down_unneeded_time)):
             if extra is not None:
                 times.append(extra)
-        return min(times, default=float("inf"))
+        # A time already due was handled by the pass that just ran (or is waiting on a task or an event):
+        # waking for it again would spin.
+        return min((t for t in times if t > now), default=float("inf"))

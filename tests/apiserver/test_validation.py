@@ -569,8 +569,6 @@ def test_other_cel_rules_are_ignored() -> None:
     ("^x$", "x\n", False),                # $ is end of text in RE2
 ], ids=["flag-after-anchor", "no-flag", "scoped-flag", "flag-ends-with-group", "dollar-end-of-text"])
 def test_crd_patterns_follow_re2_inline_flags(pattern: str, value: str, matches: bool) -> None:
-    from gangscale.sim.apiserver.validation import _go_regex
-
-    compiled = _go_regex(pattern)
+    compiled = validation._go_regex(pattern)
     assert not isinstance(compiled, str), compiled
     assert bool(compiled.search(value)) is matches

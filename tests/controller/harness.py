@@ -73,6 +73,9 @@ class Cluster:
     controller: Controller | None = None
     task: asyncio.Task[None] | None = None
     history: list[SimulatedProvider] = field(default_factory=list)
+    kubeconfig: Path = Path("kubeconfig")
+    ctl_http: KubeHTTP | None = None
+    cloud_http: KubeHTTP | None = None
 
     @property
     def ctl(self) -> Controller:
@@ -90,9 +93,13 @@ class Cluster:
         """Start (or restart) the controller with a fresh provider instance, as a new process would."""
         if settings:
             self.settings = replace(self.settings, **settings)
-        self.provider = SimulatedProvider(self.http, self.pools, self.clock, seed=len(self.history))
+        # The controller and the cloud get clients of their own, named as in production, so that the request
+        # log tells who did what (the RBAC test relies on it).
+        self.ctl_http = await make_http(str(self.kubeconfig), user_agent="gangscale")
+        self.cloud_http = await make_http(str(self.kubeconfig), user_agent="gangscale-simulated-cloud")
+        self.provider = SimulatedProvider(self.cloud_http, self.pools, self.clock, seed=len(self.history))
         self.history.append(self.provider)
-        self.controller = Controller(self.http, self.provider, self.pools, settings=self.settings,
+        self.controller = Controller(self.ctl_http, self.provider, self.pools, settings=self.settings,
                                      clock=self.clock, metrics=Metrics(dry_run=self.settings.dry_run))
         self.task = asyncio.create_task(self.controller.run(), name="controller under test")
         await wait_for(lambda: self.ctl.ready or self.task is None or self.task.done(), timeout=10)
@@ -108,10 +115,39 @@ class Cluster:
             self.task = None
         if self.provider is not None:
             await self.provider.aclose()
+        for client in (self.ctl_http, self.cloud_http):
+            if client is not None:
+                await client.api_client.close()
+        self.ctl_http = self.cloud_http = None
 
     async def advance(self, seconds: float) -> None:
         await self.clock.advance(seconds)
         await self.idle()
+
+    async def advance_stepwise(self, seconds: float) -> None:
+        """Like :meth:`advance`, but stopping at every timer on the way and letting the cluster react before the
+        clock moves on. ``ManualClock.sleep`` takes its start time when the sleeping task first runs, so a timer
+        re-armed by a reaction that is still running when ``advance`` jumps ahead starts late (the controller's
+        next wake-up, e.g. a scale-down due 10 minutes after a unit became empty, then comes too late); use this
+        to cross such a timer."""
+        target = self.clock.now() + seconds
+        while (deadline := self.clock.next_deadline) is not None and deadline <= target:
+            sleepers = self.clock.sleepers
+            await self.clock.set(deadline)
+            await self.settle(sleepers)
+        await self.clock.set(target)
+        await self.idle()
+
+    async def settle(self, sleepers: int) -> None:
+        """Wait (a hang guard: at most :meth:`idle`'s time) until ``sleepers`` tasks sleep on the clock again,
+        twice in a row: a woken controller has finished its pass and re-armed its timer. One-shot timers that
+        fired (a node turning Ready, a retry) never come back; then this waits the whole guard."""
+        calm = 0
+        for _ in range(50):
+            await asyncio.sleep(0.002)
+            calm = calm + 1 if self.clock.sleepers >= sleepers else 0
+            if calm >= 2:
+                return
 
     async def idle(self) -> None:
         """Let the controller react to what just happened (a few loop turns; a hang guard, not a timer)."""
@@ -214,8 +250,9 @@ async def running_cluster(tmp_path: Path, *, pool_yaml: str = POOLS_YAML, settin
     clock = ManualClock()
     server = EmbeddedAPIServer(clock=clock.datetime, bookmark_interval=0.2, seed=1)
     await server.start()
-    http = await make_http(str(server.write_kubeconfig(tmp_path / "kubeconfig")), user_agent="gangscale-tests")
-    cluster = Cluster(server, clock, http, pools(pool_yaml), settings)
+    kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+    http = await make_http(str(kubeconfig), user_agent="gangscale-tests")
+    cluster = Cluster(server, clock, http, pools(pool_yaml), settings, kubeconfig=kubeconfig)
     try:
         if start:
             await cluster.start()

@@ -53,7 +53,6 @@ BASE_FLAGS: dict[str, str | None] = {
 
 #: Every API call the controller makes, in dry-run and in normal mode, except node writes.
 CONTROLLER_RULES: set[m.Rule] = {
-    ("autoscaling.x-k8s.io", "provisioningrequests", "get"),
     ("autoscaling.x-k8s.io", "provisioningrequests", "list"),
     ("autoscaling.x-k8s.io", "provisioningrequests", "watch"),
     ("autoscaling.x-k8s.io", "provisioningrequests", "delete"),
@@ -61,7 +60,6 @@ CONTROLLER_RULES: set[m.Rule] = {
     ("", "podtemplates", "get"),
     ("", "podtemplates", "list"),
     ("", "podtemplates", "watch"),
-    ("", "nodes", "get"),
     ("", "nodes", "list"),
     ("", "nodes", "watch"),
     ("", "pods", "list"),
@@ -74,7 +72,6 @@ CONTROLLER_RULES: set[m.Rule] = {
 SIMULATED_NODE_WRITES: set[m.Rule] = {
     ("", "nodes", "create"),
     ("", "nodes", "delete"),
-    ("", "nodes", "patch"),
     ("", "nodes/status", "patch"),
 }
 
