@@ -72,6 +72,7 @@ def parse_pod(pod: JSON) -> PodInfo | None:
 
 
 def parse_node(node: JSON, requested: ResourceList) -> NodeInfo | None:
+    """The node as the planner sees it (``requested``: the sum of its bound pods' requests)."""
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     spec = node.get("spec") or {}
@@ -98,6 +99,7 @@ class ClusterView:
     pods_on: dict[str, list[PodInfo]] = field(default_factory=dict)
     consumers: dict[str, list[PodInfo]] = field(default_factory=dict)
     _pod_cache: dict[str, tuple[str, PodInfo | None]] = field(default_factory=dict)
+    _node_cache: dict[str, tuple[str, ResourceList, NodeInfo | None]] = field(default_factory=dict)
 
     def refresh(self, nodes: Iterable[JSON], pods: Iterable[JSON]) -> None:
         pods_on: dict[str, list[PodInfo]] = defaultdict(list)
@@ -115,14 +117,21 @@ class ClusterView:
         self._pod_cache = cache
         self.pods_on, self.consumers = dict(pods_on), dict(consumers)
         parsed: dict[str, NodeInfo] = {}
+        node_cache: dict[str, tuple[str, ResourceList, NodeInfo | None]] = {}
         for node in nodes:
             name = str((node.get("metadata") or {}).get("name", ""))
             requested = EMPTY
             for info in pods_on.get(name, ()):
                 requested = requested + info.requests
-            got = parse_node(node, requested)
+            uid, rv = _rv(node)
+            seen = self._node_cache.get(uid)
+            # A node is re-parsed only when it or the requests of its pods changed.
+            got = seen[2] if seen is not None and seen[0] == rv and seen[1] == requested else \
+                parse_node(node, requested)
+            node_cache[uid] = (rv, requested, got)
             if got is not None:
                 parsed[name] = got
+        self._node_cache = node_cache
         self.nodes = parsed
 
     def units(self, pools: Mapping[str, NodePool]) -> dict[str, dict[str, list[str]]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -39,7 +40,7 @@ from gangscale.kube.writes import EventRecorder, apply_provreq_status, delete_pr
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
-from gangscale.providers.base import NodePoolProvider
+from gangscale.providers.base import TOKEN_LABEL, NodePoolProvider
 from gangscale.sources.provreq import parse
 
 log = logging.getLogger(__name__)
@@ -77,10 +78,15 @@ class Controller:
         self.states: dict[str, RequestState] = {}
         self.view = ClusterView()
         self.idle_since: dict[str, float] = {}
+        #: Units being removed by scale-down, and nodes of scale-ups being rolled back: not capacity any more.
         self.releasing: set[str] = set()
+        self.leaving: set[str] = set()
         self.kick = asyncio.Event()
         self.ready = False
+        #: Set with ``kick`` when the event is progress of decided work (skips the batch window).
+        self.progress = False
         self.passes = 0
+        self.pass_seconds = 0.0
         self.last_pass: float | None = None
         self.pass_runner = Pass(self)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -89,8 +95,10 @@ class Controller:
 
     # -- tasks ----------------------------------------------------------------------------------------------
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """A guarded background task: kept until done, its failure logged, cancelled when the loop stops."""
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, progress: bool = True) -> asyncio.Task[Any]:
+        """A guarded background task: kept until done, its failure logged, cancelled when the loop stops.
+
+        Its end wakes the loop; with ``progress`` the next pass skips the batch window."""
         task = asyncio.create_task(coro, name=name)
         self._tasks.add(task)
 
@@ -98,6 +106,7 @@ class Controller:
             self._tasks.discard(t)
             if not t.cancelled() and t.exception() is not None:
                 log.error("background task %s failed", t.get_name(), exc_info=t.exception())
+            self.progress = self.progress or progress
             self.kick.set()
 
         task.add_done_callback(done)
@@ -153,30 +162,38 @@ class Controller:
             await self.aclose()
 
     async def pass_guarded(self) -> None:
+        started = time.perf_counter()
         try:
             await self.pass_runner.run()
         except Exception:
             # One bad pass must not stop the controller: log it and try again at the next wake-up.
             log.exception("planning pass failed")
         self.passes += 1
+        self.pass_seconds += time.perf_counter() - started  # real time spent, for benchmarks
         self.last_pass = self.clock.now()
 
     async def wait_for_work(self) -> None:
         now = self.clock.now()
         wake = min(self.pass_runner.next_wake(now), now + RESYNC)
         kicked = await wait_event(self.clock, self.kick, max(0.0, wake - now))
-        if kicked and self.settings.batch_idle > 0:
+        # The batch window gathers new demand (Karpenter-style); progress of work already decided (a node
+        # turned Ready, a provider call returned) needs no gathering and is handled at once.
+        if kicked and self.settings.batch_idle > 0 and not self.progress:
             first = self.clock.now()
             while True:
                 self.kick.clear()
                 left = first + self.settings.batch_max - self.clock.now()
-                if left <= 0 or not await wait_event(self.clock, self.kick, min(self.settings.batch_idle, left)):
+                if left <= 0 or not await wait_event(self.clock, self.kick, min(self.settings.batch_idle, left)) \
+                        or self.progress:
                     break
         self.kick.clear()
+        self.progress = False
 
     def _on_event(self, event: ReflectorEvent) -> None:
         self.kick.set()
         obj = event.obj
+        if obj.get("kind") == "Node" and self._awaited(obj):
+            self.progress = True
         if obj.get("kind") != "ProvisioningRequest" and "provisioningClassName" not in (obj.get("spec") or {}):
             return
         uid = str((obj.get("metadata") or {}).get("uid", ""))
@@ -191,7 +208,11 @@ class Controller:
                     # Accepted at once, outside the batch window: the requester learns in milliseconds that
                     # gangscale owns the request.
                     st.set(C.ACCEPTED, True, C.R_ACCEPTED, C.M_ACCEPTED, rfc3339(self.clock.now()))
-                    self.spawn(self.sync(st), f"accept {st.key}")
+                    self.spawn(self.sync(st), f"accept {st.key}", progress=False)
+
+    def _awaited(self, node: dict[str, Any]) -> bool:
+        """Could a scale-up in progress be waiting for this node? (Cheap: called for every node event.)"""
+        return TOKEN_LABEL in ((node.get("metadata") or {}).get("labels") or {})
 
     def forget(self, st: RequestState) -> None:
         """The PR is gone. Units still coming up for it are released; finished ones stay as ordinary nodes."""
@@ -298,14 +319,18 @@ class Controller:
             # whatever was obtained.
             await self.release(st, "its ProvisioningRequest was deleted while the units were obtained")
 
-    async def release(self, st: RequestState, why: str, steps: Sequence[Any] | None = None) -> None:
+    async def release(self, st: RequestState, why: str, steps: Sequence[Any] | None = None,
+                      nodes: Sequence[str] = ()) -> None:
         steps = tuple(steps if steps is not None else (st.record.steps if st.record else ()))
+        nodes = tuple(nodes) or tuple(name for got in st.obtained.values() for name in got.node_names)
         if not steps:
             return
-        log.info("releasing the scale-up of %s: %s", st.key, why)
-        released = await self.actuator.release_steps(steps)
-        for step in steps:
-            self.metrics.scaled(step.pool, "down", 0)
+        self.leaving.update(nodes)
+        try:
+            log.info("releasing the scale-up of %s: %s", st.key, why)
+            released = await self.actuator.release_steps(steps)
+        finally:
+            self.leaving.difference_update(nodes)
         if not st.deleted:
             st.record, st.obtained = None, {}
             await self.sync(st)

@@ -47,7 +47,8 @@ WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads/{name}"
 class Pass:
     def __init__(self, ctl: Controller) -> None:
         self.ctl = ctl
-        self.plans: list[JSON] = []
+        #: The latest decision per request, kept until it is re-planned or the request is gone.
+        self.latest: dict[str, JSON] = {}
         self.scale_downs: list[JSON] = []
         self._priorities: dict[tuple[str, str], int] = {}
 
@@ -102,8 +103,9 @@ class Pass:
         ctl = self.ctl
         for st in acts.scale_up:
             st.task = ctl.spawn(ctl.scale_up(st), f"scale-up {st.key}")
-        for st, steps, why in acts.release:
-            ctl.spawn(ctl.release(st, why, steps), f"release {st.key}")
+        for st, steps, nodes, why in acts.release:
+            ctl.leaving.update(nodes)
+            ctl.spawn(ctl.release(st, why, steps, nodes), f"release {st.key}")
         for st in acts.delete:
             ctl.spawn(ctl.delete(st), f"delete {st.key}")
         if acts.capacity_freed:
@@ -198,7 +200,6 @@ class Pass:
 
     def snapshot(self, now: float) -> Snapshot:
         ctl, view = self.ctl, self.ctl.view
-        units = view.units(ctl.pools)
         registered: dict[str, set[str]] = defaultdict(set)
         for name, info in view.nodes.items():
             if info.token:
@@ -210,9 +211,18 @@ class Pass:
         pools = []
         for name, pool in sorted(ctl.pools.items()):
             backoff = ctl.backoffs.get(name, now)
-            pools.append(PoolState(pool, view.unit_count(pool, units.get(name, {})), inflight[name],
+            pools.append(PoolState(pool, self.unit_count(name), inflight[name],
                                    backoff.until if backoff else None, backoff.reason if backoff else ""))
-        return Snapshot(tuple(pools), tuple(info.state for info in view.nodes.values()), tuple(bookings))
+        # Nodes being released are on their way out: nobody may be planned onto them.
+        nodes = tuple(info.state for name, info in view.nodes.items() if name not in ctl.leaving)
+        return Snapshot(tuple(pools), nodes, tuple(bookings))
+
+    def unit_count(self, pool: str) -> int:
+        """Units of ``pool`` that stay: those being released no longer count (minUnits, maxUnits)."""
+        ctl = self.ctl
+        units = {unit: nodes for unit, nodes in ctl.view.units(ctl.pools).get(pool, {}).items()
+                 if unit not in ctl.releasing and not set(nodes) & ctl.leaving}
+        return ctl.view.unit_count(ctl.pools[pool], units)
 
     def held(self, st: RequestState, inflight: dict[str, int], registered: dict[str, set[str]]) -> list[Booking]:
         """What a request holds: booked pods, or whole new nodes (and planned pods) while provisioning."""
@@ -256,12 +266,14 @@ class Pass:
 
     def scale_down(self, now: float, snapshot: Snapshot, decisions: tuple[Decision, ...]) -> None:
         ctl, view = self.ctl, self.ctl.view
-        protected = {b.node for b in snapshot.bookings} | ctl.releasing
+        units = view.units(ctl.pools)
+        protected = {b.node for b in snapshot.bookings} | ctl.leaving
+        protected |= {node for pool_units in units.values() for unit, nodes in pool_units.items()
+                      if unit in ctl.releasing for node in nodes}
         protected |= {p.node for d in decisions for p in d.placements}
         protected |= {name for st in ctl.states.values() for got in st.obtained.values() for name in got.node_names
                       if phase(st) is Phase.PROVISIONING}
-        units = view.units(ctl.pools)
-        counts = {name: view.unit_count(pool, units.get(name, {})) for name, pool in ctl.pools.items()}
+        counts = {name: self.unit_count(name) for name in ctl.pools}
         removals = plan_scale_down(
             ctl.pools, units, counts, empty=view.empty, protected=frozenset(protected),
             labelled=lambda node: view.nodes[node].unit is not None and not view.nodes[node].deleting,
@@ -285,11 +297,18 @@ class Pass:
         finally:
             self.ctl.releasing.discard(unit)
 
+    @property
+    def plans(self) -> list[JSON]:
+        return [self.latest[key] for key in sorted(self.latest)]
+
     def record_plans(self, decisions: tuple[Decision, ...], by_key: dict[str, RequestState], now: float) -> None:
         dry = self.ctl.settings.dry_run
-        self.plans = [{"at": rfc3339(now), "request": d.gang, "class": by_key[d.gang].pr.class_name,
-                       "outcome": d.outcome.value, "summary": summarize(d), "explain": explain(d), "dryRun": dry}
-                      for d in decisions]
+        live = {st.key for st in self.ctl.states.values()}
+        self.latest = {key: entry for key, entry in self.latest.items() if key in live}
+        for d in decisions:
+            self.latest[d.gang] = {"at": rfc3339(now), "request": d.gang, "class": by_key[d.gang].pr.class_name,
+                                   "outcome": d.outcome.value, "summary": summarize(d), "explain": explain(d),
+                                   "dryRun": dry}
         for d in decisions:
             if dry or d.outcome is not Outcome.FITS:
                 log.info("%s %s", "would" if dry and d.outcome is Outcome.SCALE_UP else "decided", explain(d),

@@ -28,8 +28,8 @@ NORMAL, WARNING = "Normal", "Warning"
 @dataclass
 class Actions:
     scale_up: list[RequestState] = field(default_factory=list)
-    #: Scale-ups to undo: (request, steps, why).
-    release: list[tuple[RequestState, tuple[Step, ...], str]] = field(default_factory=list)
+    #: Scale-ups to undo: (request, steps, their nodes, why).
+    release: list[tuple[RequestState, tuple[Step, ...], tuple[str, ...], str]] = field(default_factory=list)
     delete: list[RequestState] = field(default_factory=list)
     #: A booking ended or capacity was handed back: pending requests may retry now.
     capacity_freed: bool = False
@@ -120,7 +120,7 @@ class Transitions:
         why = (f"{len(nodes) - len(ready)} of {len(nodes)} new nodes were not Ready within "
                f"{duration(self.settings.max_node_provision_time)} (pools {', '.join(late) or '?'}); every unit of "
                f"the scale-up was released and the request is re-planned")
-        acts.release.append((st, record.steps, why))
+        acts.release.append((st, record.steps, tuple(nodes), why))
         st.record, st.obtained = None, {}
         st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(now))
         st.event(WARNING, "ScaleUpTimedOut", why)

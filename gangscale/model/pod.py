@@ -144,7 +144,9 @@ def pod_requests(spec: Mapping[str, Any], path: str = "spec") -> ResourceList:
     try:
         return _pod_requests(spec, path)
     except QuantityError as exc:
-        raise SpecError(path, str(exc)) from None
+        # The message already starts with the field's full path ("spec.containers[0]...cpu: problem").
+        field, _, problem = str(exc).partition(": ")
+        raise SpecError(field, problem) if problem else SpecError(path, str(exc)) from None
 
 
 def _pod_requests(spec: Mapping[str, Any], path: str) -> ResourceList:

@@ -128,7 +128,7 @@ def build_gang(pr: ProvReq, template: Callable[[str], JSON | None], *, priority:
         found = templates[name]
         assert found is not None
         try:
-            demand = pod_demand(found.get("template") or {}, f"podtemplate {name}: template")
+            demand = pod_demand(found.get("template") or {}, "template")
         except SpecError as exc:
             raise PodSetError(f"invalid pod template {name} (spec.podSets[{i}]): {exc}") from exc
         pod_sets.append(PodSet(f"{i}-{name}", count, demand))

@@ -1,0 +1,774 @@
+"""Atomic scale-up end to end: the real controller, the simulated cloud and the embedded API server over HTTP.
+
+What is checked here (DESIGN decisions 3, 4, 11, 12, 14): a gang gets every unit of its plan or none, a slice
+comes and goes whole, a failed step releases every other step, a restart at any point neither scales twice nor
+leaves nodes behind, stockouts and nodes that never become Ready move the gang to another pool, transient
+errors and lost responses are retried under the same token, dry-run changes nothing, bad input gets a precise
+condition without stopping the loop, empty units are scaled down, and the PR's story is told in Events.
+
+Time is the harness's :class:`ManualClock`: tests move it with ``cl.advance``; ``wait_for`` is a hang guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gangscale.clock import rfc3339
+from gangscale.controller.record import OBTAINED, OBTAINING, Record, from_status
+from gangscale.kube.errors import ApiError
+from gangscale.model.nodepool import POOL_LABEL
+from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
+from gangscale.providers.simfaults import CREATED, FAILED, RELEASE, RELEASED, REUSED, ProviderCall
+from tests.builders import EVENTS, PODS, PROVREQS
+from tests.conftest import wait_for
+from tests.controller.harness import FAST, NS, Cluster, running_cluster
+
+JSON = dict[str, Any]
+
+TPU = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice", "cloud.google.com/gke-tpu-topology": "2x4"}
+#: A CPU head that only the cpu pool fits next to GPU workers (a GPU node keeps ~7 CPUs after a worker).
+HEAD = {"cpu": "12"}
+WORKER_REQUESTS, WORKER_LIMITS = {"cpu": "200"}, {"nvidia.com/gpu": "8"}
+BACKOFF_TTL = 180.0
+PROVISION_SECONDS = 30.0
+MAX_PROVISION_TIME = 900.0
+UNNEEDED_TIME = 600.0
+
+#: The cpu pool comes up faster than the gpu pool, to see Provisioned wait for the slowest node.
+TWO_SPEEDS_YAML = """
+nodePools:
+  - name: gpu
+    machineType: a3-highgpu-8g
+    zone: zone-a
+    maxUnits: 4
+    simulated: {provisionSeconds: 30}
+  - name: cpu
+    zone: zone-a
+    maxUnits: 4
+    allocatable: {cpu: "16", memory: 64Gi, pods: "110"}
+    simulated: {provisionSeconds: 10}
+"""
+
+#: A cpu pool that keeps one unit, and a TPU pool, for scale-down.
+MIN_UNITS_YAML = """
+nodePools:
+  - name: tpu-a
+    machineType: ct5lp-hightpu-4t
+    tpuTopology: 2x4
+    zone: zone-a
+    maxUnits: 2
+    simulated: {provisionSeconds: 30}
+  - name: cpu
+    zone: zone-a
+    minUnits: 1
+    maxUnits: 4
+    allocatable: {cpu: "16", memory: 64Gi, pods: "110"}
+    simulated: {provisionSeconds: 30}
+"""
+
+
+# -- helpers --------------------------------------------------------------------------------------------------
+
+
+async def slice_template(cl: Cluster, name: str = "slice", *, pool: str | None = None) -> JSON:
+    """One pod per TPU v5e host (4 chips); ``pool`` pins the pods to one pool."""
+    selector = {**TPU, POOL_LABEL: pool} if pool else TPU
+    return await cl.template(name, limits={"google.com/tpu": "4"}, selector=selector)
+
+
+async def head_and_workers(cl: Cluster) -> None:
+    await cl.template("head", HEAD)
+    await cl.template("worker", WORKER_REQUESTS, limits=WORKER_LIMITS)
+
+
+async def cpu_template(cl: Cluster, name: str = "small") -> JSON:
+    return await cl.template(name, {"cpu": "12"}, selector={POOL_LABEL: "cpu"})
+
+
+def created(cl: Cluster) -> int:
+    """Node objects created by every obtain of every provider instance so far (rolled-back ones included)."""
+    return sum(call.nodes_created for call in cl.obtains())
+
+
+def releases(cl: Cluster) -> list[ProviderCall]:
+    return [call for p in cl.history for call in p.calls if call.operation == RELEASE]
+
+
+async def names(cl: Cluster, pool: str | None = None) -> set[str]:
+    return {n["metadata"]["name"] for n in await cl.nodes(pool)}
+
+
+async def count_nodes(cl: Cluster, expected: int, pool: str | None = None) -> None:
+    async def check() -> bool:
+        return len(await cl.nodes(pool)) == expected
+    await wait_for(check)
+
+
+async def record(cl: Cluster, name: str) -> Record | None:
+    pr = await cl.get_pr(name) or {}
+    return from_status(pr.get("status") or {})
+
+
+async def wait_record(cl: Cluster, name: str, phase: str) -> Record:
+    async def check() -> Record | None:
+        got = await record(cl, name)
+        return got if got is not None and got.phase == phase else None
+    found: Record = await wait_for(check)
+    return found
+
+
+async def events(cl: Cluster, name: str) -> list[JSON]:
+    items = (await cl.http.request("GET", EVENTS.path(NS))).get("items") or []
+    return [e for e in items if (e.get("involvedObject") or {}).get("name") == name]
+
+
+async def wait_event(cl: Cluster, name: str, reason: str) -> JSON:
+    async def check() -> JSON | None:
+        return next((e for e in await events(cl, name) if e.get("reason") == reason), None)
+    found: JSON = await wait_for(check)
+    return found
+
+
+async def delete_pr(cl: Cluster, name: str) -> None:
+    await cl.http.request("DELETE", PROVREQS.path(NS, name))
+
+
+def unit_of(node: JSON) -> str:
+    return str(node["metadata"]["labels"][UNIT_LABEL])
+
+
+# -- 1. a gang spanning two pools --------------------------------------------------------------------------------
+
+
+async def test_a_gang_spanning_two_pools_is_one_plan_that_scales_both(tmp_path: Path) -> None:
+    """A CPU head and two GPU workers in one PR: one recorded plan with a step per pool, exactly the planned
+    nodes, and Provisioned=True only once the slower pool's nodes are Ready too."""
+    async with running_cluster(tmp_path, pool_yaml=TWO_SPEEDS_YAML) as cl:
+        await head_and_workers(cl)
+        await cl.provreq("mixed", ("head", 1), ("worker", 2))
+        await wait_record(cl, "mixed", OBTAINED)
+        plan = await record(cl, "mixed")
+        assert plan is not None and plan.attempt == 1
+        assert [(s.pool, s.units) for s in plan.steps] == [("cpu", 1), ("gpu", 2)]
+
+        obtains = cl.obtains()
+        assert sorted((c.pool, c.units, c.outcome, c.nodes_created) for c in obtains) == [
+            ("cpu", 1, CREATED, 1), ("gpu", 2, CREATED, 2)]
+        assert {c.token for c in obtains} == set(plan.tokens)
+        planned = {f"{unit}-0" for c in obtains for unit in c.unit_ids}
+        assert await names(cl) == planned
+        assert len(await names(cl, "cpu")) == 1 and len(await names(cl, "gpu")) == 2
+        assert [e["message"] for e in await events(cl, "mixed") if e["reason"] == "ScaleUp"] == [
+            "scale up cpu +1 unit, gpu +2 units in zone zone-a"]
+
+        await cl.advance(10)
+        await wait_for(lambda: cl.ready_nodes("cpu"))
+        await cl.idle()
+        assert await cl.condition("mixed", "Provisioned") == ("False", "ScaleUpInProgress")
+
+        await cl.advance(20)
+        await cl.wait_condition("mixed", "Provisioned", "True", "CapacityIsProvisioned")
+        assert (await cl.conditions("mixed"))["Provisioned"][2].startswith(
+            "3 new nodes are Ready (cpu +1 unit, gpu +2 units)")
+        assert await cl.ready_nodes() == sorted(planned)
+        assert len(cl.obtains()) == 2 and created(cl) == 3
+
+
+# -- 2. a TPU slice is created whole ---------------------------------------------------------------------------
+
+
+async def test_a_two_host_slice_is_created_by_one_call_and_becomes_ready_whole(tmp_path: Path) -> None:
+    """Both hosts of a v5e 2x4 slice come from one obtain under one unit id and turn Ready together."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        await cl.provreq("one-slice", ("slice", 2))
+        await count_nodes(cl, 2)
+        [call] = cl.obtains()
+        assert (call.pool, call.units, call.outcome, call.nodes_created) == ("tpu-a", 1, CREATED, 2)
+        [unit] = call.unit_ids
+        nodes = await cl.nodes()
+        assert {unit_of(n) for n in nodes} == {unit}
+        assert {n["metadata"]["labels"][TOKEN_LABEL] for n in nodes} == {call.token}
+        assert sorted(n["metadata"]["name"] for n in nodes) == [f"{unit}-0", f"{unit}-1"]
+
+        await cl.advance(PROVISION_SECONDS - 1)
+        assert await cl.ready_nodes() == []
+        assert await cl.condition("one-slice", "Provisioned") == ("False", "ScaleUpInProgress")
+        await cl.advance(1)
+        await cl.wait_condition("one-slice", "Provisioned", "True", "CapacityIsProvisioned")
+        assert await cl.ready_nodes() == [f"{unit}-0", f"{unit}-1"]
+
+
+# -- 3. partial grants and failed steps are rolled back ---------------------------------------------------------
+
+
+async def test_a_partial_grant_leaves_no_node_and_backs_the_pool_off(tmp_path: Path) -> None:
+    """tpu-a hands out one slice of the two asked for and runs out: the slice it made is deleted, the PR says
+    which pool ran out, and tpu-a is backed off (no other pool may serve this gang)."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl, pool="tpu-a")
+        cl.cloud.faults("tpu-a").partial_grant = 1
+        await cl.provreq("two-slices", ("slice", 4))
+        failed = await wait_event(cl, "two-slices", "ScaleUpFailed")
+        await cl.wait_condition("two-slices", "Provisioned", "False", "CapacityIsNotFound")
+
+        [call] = cl.obtains()
+        assert (call.pool, call.units, call.outcome, call.code) == ("tpu-a", 2, FAILED, "GCE_STOCKOUT")
+        assert (call.nodes_created, call.nodes_deleted) == (2, 2)
+        assert await cl.nodes() == []
+        assert failed["type"] == "Warning"
+        assert failed["message"].startswith("scale-up failed and every unit it obtained was released: pool tpu-a: "
+                                            "stockout (GCE_STOCKOUT: pool tpu-a is out of stock")
+        message = (await cl.conditions("two-slices"))["Provisioned"][2]
+        assert "tpu-a" in message and "stockout" in message, message
+        backed_off = cl.ctl.debug_plans()["backedOffPools"]
+        assert list(backed_off) == ["tpu-a"]
+        assert backed_off["tpu-a"]["until"] == rfc3339(call.at + BACKOFF_TTL)
+        assert "stockout" in backed_off["tpu-a"]["reason"]
+        assert await record(cl, "two-slices") is None
+        await cl.idle()
+        assert len(cl.obtains()) == 1 and await cl.nodes() == []
+
+
+@pytest.mark.parametrize(("fault", "value", "failed_nodes"), [
+    pytest.param("stockout", True, 0, id="gpu-stockout"),
+    pytest.param("partial_grant", 1, 1, id="gpu-partial-grant"),
+    pytest.param("quota", True, 0, id="gpu-quota"),
+])
+async def test_a_failed_step_releases_the_other_pools_units(tmp_path: Path, fault: str, value: object,
+                                                           failed_nodes: int) -> None:
+    """The gpu step of a head+workers gang fails: the cpu unit the other step obtained is released too."""
+    async with running_cluster(tmp_path) as cl:
+        await head_and_workers(cl)
+        setattr(cl.cloud.faults("gpu"), fault, value)
+        await cl.provreq("mixed", ("head", 1), ("worker", 2))
+        await wait_event(cl, "mixed", "ScaleUpFailed")
+        await cl.wait_condition("mixed", "Provisioned", "False", "CapacityIsNotFound")
+
+        by_pool = {c.pool: c for c in cl.obtains()}
+        assert sorted(by_pool) == ["cpu", "gpu"]
+        assert (by_pool["cpu"].outcome, by_pool["cpu"].nodes_created) == (CREATED, 1)
+        assert (by_pool["gpu"].outcome, by_pool["gpu"].nodes_created) == (FAILED, failed_nodes)
+        assert by_pool["gpu"].nodes_deleted == failed_nodes
+        [release] = releases(cl)
+        assert (release.pool, release.token, release.outcome, release.nodes_deleted) == (
+            "cpu", by_pool["cpu"].token, RELEASED, 1)
+        assert release.unit_ids == by_pool["cpu"].unit_ids
+        assert await cl.nodes() == []
+        assert list(cl.ctl.debug_plans()["backedOffPools"]) == ["gpu"]
+        await cl.idle()
+        assert len(cl.obtains()) == 2 and await cl.nodes() == []
+
+
+# -- 4. crash safety ------------------------------------------------------------------------------------------
+
+
+async def test_a_restart_after_the_obtain_but_before_the_status_write_reuses_the_token(tmp_path: Path) -> None:
+    """The obtain succeeds but the status write that follows fails and the controller dies: the new instance
+    resumes the recorded intent with the same token, the cloud answers ``reused``, and no node is made twice."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        cl.cloud.faults("tpu-a").call_latency = 5
+        await cl.provreq("crash", ("slice", 2))
+        intent = await wait_record(cl, "crash", OBTAINING)
+        broken = cl.server.faults.inject(verb="patch", resource="provisioningrequests", subresource="status",
+                                         status=500, times=None)
+        await cl.advance(5)
+        await wait_for(lambda: len(cl.obtains()) == 1 and broken.hits >= 1)
+        [first] = cl.obtains()
+        assert (first.token, first.outcome, first.nodes_created) == (intent.tokens[0], CREATED, 2)
+        assert (await record(cl, "crash")) == intent  # the "obtained" write never landed
+
+        await cl.stop()
+        cl.server.faults.clear()
+        await cl.start()
+        await wait_for(lambda: len(cl.obtains()) == 2)
+        second = cl.obtains()[1]
+        assert (second.token, second.outcome, second.nodes_created) == (intent.tokens[0], REUSED, 0)
+        assert second.unit_ids == first.unit_ids
+        await wait_record(cl, "crash", OBTAINED)
+
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("crash", "Provisioned", "True", "CapacityIsProvisioned")
+        assert created(cl) == 2 and len(await cl.nodes()) == 2
+        assert len(cl.obtains()) == 2 and releases(cl) == []
+
+
+async def test_a_restart_while_the_nodes_come_up_waits_for_them_without_a_new_obtain(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        await cl.provreq("coming-up", ("slice", 4))
+        await wait_record(cl, "coming-up", OBTAINED)
+        before = await names(cl)
+        assert len(before) == 4
+
+        await cl.stop()
+        await cl.start()
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("coming-up", "Provisioned", "True", "CapacityIsProvisioned")
+        assert [c for c in cl.history[1].calls] == []  # neither obtained nor released anything
+        assert await names(cl) == before and created(cl) == 4
+
+
+async def test_a_request_deleted_while_the_controller_is_down_has_its_nodes_released_on_start(
+        tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        await cl.provreq("gone", ("slice", 2))
+        intent = await wait_record(cl, "gone", OBTAINED)
+        await count_nodes(cl, 2)
+
+        await cl.stop()
+        await delete_pr(cl, "gone")
+        await cl.start()
+        await count_nodes(cl, 0)
+        [release] = cl.history[1].calls
+        assert (release.operation, release.pool, release.token, release.outcome, release.nodes_deleted) == (
+            RELEASE, "tpu-a", intent.tokens[0], RELEASED, 2)
+        await cl.advance(PROVISION_SECONDS)
+        assert await cl.nodes() == [] and len(cl.obtains()) == 1
+
+
+# -- 5. stockout falls back to another pool -----------------------------------------------------------------------
+
+
+async def test_a_stockout_moves_the_gang_to_another_pool_until_the_backoff_ends(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        cl.cloud.faults("tpu-a").stockout = True
+        await cl.provreq("first", ("slice", 2))
+        await count_nodes(cl, 2, "tpu-b")
+        [out, fallback] = cl.obtains()
+        assert (out.pool, out.outcome, out.code, out.nodes_created) == ("tpu-a", FAILED, "GCE_STOCKOUT", 0)
+        assert (fallback.pool, fallback.outcome) == ("tpu-b", CREATED)
+        started = out.at
+        backed_off = cl.ctl.debug_plans()["backedOffPools"]
+        assert list(backed_off) == ["tpu-a"] and backed_off["tpu-a"]["until"] == rfc3339(started + BACKOFF_TTL)
+
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("first", "Provisioned", "True", "CapacityIsProvisioned")
+        assert await cl.nodes("tpu-a") == [] and len(await cl.ready_nodes("tpu-b")) == 2
+        cl.cloud.faults("tpu-a").stockout = False
+
+        # Still backed off: a second gang goes to tpu-b too.
+        await cl.advance(BACKOFF_TTL - PROVISION_SECONDS - 1)
+        await cl.provreq("second", ("slice", 2))
+        await count_nodes(cl, 4, "tpu-b")
+        assert [c.pool for c in cl.obtains()] == ["tpu-a", "tpu-b", "tpu-b"]
+
+        # The backoff is over: tpu-a is planned again.
+        await cl.advance(1)
+        assert cl.ctl.debug_plans()["backedOffPools"] == {}
+        await cl.provreq("third", ("slice", 2))
+        await count_nodes(cl, 2, "tpu-a")
+        last = cl.obtains()[-1]
+        assert (last.pool, last.outcome, last.nodes_created) == ("tpu-a", CREATED, 2)
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("third", "Provisioned", "True", "CapacityIsProvisioned")
+
+
+# -- 6. nodes that never become Ready ----------------------------------------------------------------------------
+
+
+async def test_nodes_that_never_become_ready_are_released_and_the_gang_replanned(tmp_path: Path) -> None:
+    """tpu-a's slice never turns Ready: at the provisioning deadline (15 min) it is released, tpu-a is backed
+    off, and the gang is re-planned onto tpu-b."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        cl.cloud.faults("tpu-a").never_ready = True
+        await cl.provreq("stuck", ("slice", 2))
+        intent = await wait_record(cl, "stuck", OBTAINED)
+        assert [(s.pool, s.units) for s in intent.steps] == [("tpu-a", 1)]
+        await count_nodes(cl, 2, "tpu-a")
+        started = cl.obtains()[0].at
+
+        await cl.advance_stepwise(MAX_PROVISION_TIME - 1)
+        assert await cl.ready_nodes() == [] and len(await cl.nodes("tpu-a")) == 2
+        assert await cl.condition("stuck", "Provisioned") == ("False", "ScaleUpInProgress")
+
+        await cl.advance_stepwise(1)
+        timed_out = await wait_event(cl, "stuck", "ScaleUpTimedOut")
+        assert timed_out["message"].startswith("2 of 2 new nodes were not Ready within 15m (pools tpu-a); every unit "
+                                               "of the scale-up was released")
+        await count_nodes(cl, 0, "tpu-a")
+        [release] = releases(cl)
+        assert (release.pool, release.token, release.units, release.nodes_deleted) == (
+            "tpu-a", intent.tokens[0], 1, 2)
+        backed_off = cl.ctl.debug_plans()["backedOffPools"]
+        assert list(backed_off) == ["tpu-a"]
+        assert backed_off["tpu-a"]["until"] == rfc3339(started + MAX_PROVISION_TIME + BACKOFF_TTL)
+        assert "not become Ready" in backed_off["tpu-a"]["reason"]
+
+        replanned = await wait_record(cl, "stuck", OBTAINED)
+        assert [(s.pool, s.units) for s in replanned.steps] == [("tpu-b", 1)]
+        await count_nodes(cl, 2, "tpu-b")
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("stuck", "Provisioned", "True", "CapacityIsProvisioned")
+        assert len(await cl.ready_nodes("tpu-b")) == 2 and await cl.nodes("tpu-a") == []
+        assert created(cl) == 4
+
+
+async def test_a_timed_out_two_pool_scale_up_is_replanned_whole_off_the_released_nodes(tmp_path: Path) -> None:
+    """Two slices planned as tpu-a +1 and tpu-b +1; tpu-a's never turn Ready. At the deadline every unit is
+    released, the Ready tpu-b slice too, and the gang is re-planned whole onto tpu-b: two new slices, none on
+    the tpu-b slice still being deleted (planned onto it, the PR got Provisioned=True with half its slices)."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        cl.cloud.faults("tpu-a").never_ready = True
+        await cl.provreq("stuck", ("slice", 4))
+        intent = await wait_record(cl, "stuck", OBTAINED)
+        assert [(s.pool, s.units) for s in intent.steps] == [("tpu-a", 1), ("tpu-b", 1)]
+        await count_nodes(cl, 4)
+        first = await names(cl)
+
+        # The cloud takes 5 s to delete tpu-b's slice: the next pass runs while it is still there.
+        cl.cloud.faults("tpu-b").call_latency = 5
+        await cl.advance_stepwise(MAX_PROVISION_TIME)
+        timed_out = await wait_event(cl, "stuck", "ScaleUpTimedOut")
+        assert timed_out["message"].startswith("2 of 4 new nodes were not Ready within 15m (pools tpu-a)")
+        assert list(cl.ctl.debug_plans()["backedOffPools"]) == ["tpu-a"]
+
+        async def replanned() -> Record | None:
+            got = await record(cl, "stuck")
+            return got if got is not None and not set(got.tokens) & set(intent.tokens) else None
+
+        async def decided() -> bool:
+            message = (await cl.conditions("stuck"))["Provisioned"][2]
+            return await replanned() is not None or message.startswith("cannot place every pod")
+        await wait_for(decided)  # the pass after the timeout has planned the gang again (or refused to, for now)
+        for _ in range(4):  # the release takes 5 s; a re-plan refused until it is over comes a minute later
+            await cl.advance_stepwise(5)
+            got = await replanned()
+            if got is not None and got.phase == OBTAINED:
+                break
+            await cl.advance_stepwise(60)
+        assert sorted((r.pool, r.token, r.nodes_deleted) for r in releases(cl)) == [
+            ("tpu-a", intent.tokens[0], 2), ("tpu-b", intent.tokens[1], 2)]
+        again = await replanned()
+        assert again is not None and [(s.pool, s.units) for s in again.steps] == [("tpu-b", 2)]
+        await count_nodes(cl, 4, "tpu-b")
+        assert not (await names(cl)) & first
+        await cl.advance_stepwise(PROVISION_SECONDS)
+        await cl.wait_condition("stuck", "Provisioned", "True", "CapacityIsProvisioned")
+        assert len(await cl.ready_nodes("tpu-b")) == 4
+
+
+# -- 7. transient errors and lost responses ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("transient_errors", "timeouts"), [
+    pytest.param(3, 0, id="unavailable-thrice"),
+    pytest.param(0, 2, id="response-lost-twice"),
+    pytest.param(2, 1, id="both"),
+])
+async def test_transient_errors_and_lost_responses_retry_under_the_same_token(
+        tmp_path: Path, transient_errors: int, timeouts: int) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        faults = cl.cloud.faults("tpu-a")
+        faults.transient_errors, faults.timeouts = transient_errors, timeouts
+        await cl.provreq("flaky", ("slice", 2))
+        await wait_for(cl.obtains)
+        await cl.advance_stepwise(15)  # the retries' backoff: about 1 s after UNAVAILABLE, 1, 2, 4 s after a loss
+
+        calls = cl.obtains()
+        assert len(calls) == transient_errors + timeouts + 1
+        assert {c.token for c in calls} == {calls[0].token} and {c.pool for c in calls} == {"tpu-a"}
+        codes = [c.code for c in calls if not c.ok]
+        assert sorted(codes) == sorted(["UNAVAILABLE"] * transient_errors + ["DEADLINE_EXCEEDED"] * timeouts)
+        assert calls[-1].ok and calls[-1].outcome == (REUSED if timeouts else CREATED)
+        assert created(cl) == 2 and {c.unit_ids for c in calls if c.unit_ids} == {calls[-1].unit_ids}
+
+        await cl.advance_stepwise(PROVISION_SECONDS)
+        await cl.wait_condition("flaky", "Provisioned", "True", "CapacityIsProvisioned")
+        assert len(await cl.nodes()) == 2 and created(cl) == 2 and releases(cl) == []
+
+
+# -- 8. a request deleted while its nodes come up ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["while-obtaining", "while-coming-up"])
+async def test_a_request_deleted_during_its_scale_up_releases_every_unit(tmp_path: Path, when: str) -> None:
+    """Two slices (tpu-a +1, tpu-b +1); the PR is deleted while the provider calls run, or once they are over
+    and the nodes are coming up: every unit of both steps is released."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        if when == "while-obtaining":
+            cl.cloud.faults("tpu-a").call_latency = cl.cloud.faults("tpu-b").call_latency = 5
+            await cl.provreq("bye", ("slice", 4))
+            intent = await wait_record(cl, "bye", OBTAINING)
+            await delete_pr(cl, "bye")
+            await wait_for(lambda: cl.ctl.states == {})
+            await cl.advance(5)
+            await wait_for(lambda: len(cl.obtains()) == 2)
+            # A release that already started waits out its latency; later ones have none.
+            cl.cloud.faults("tpu-a").call_latency = cl.cloud.faults("tpu-b").call_latency = 0
+            await cl.advance_stepwise(5)
+        else:
+            await cl.provreq("bye", ("slice", 4))
+            intent = await wait_record(cl, "bye", OBTAINED)
+            await count_nodes(cl, 4)
+            await delete_pr(cl, "bye")
+        await wait_for(lambda: len(releases(cl)) == 2)
+        await count_nodes(cl, 0)
+        obtains = cl.obtains()
+        assert sorted((c.pool, c.outcome, c.nodes_created) for c in obtains) == [
+            ("tpu-a", CREATED, 2), ("tpu-b", CREATED, 2)]
+        assert sorted((r.pool, r.token, r.nodes_deleted) for r in releases(cl)) == [
+            ("tpu-a", intent.tokens[0], 2), ("tpu-b", intent.tokens[1], 2)]
+        await cl.advance(PROVISION_SECONDS)
+        assert await cl.nodes() == [] and len(cl.obtains()) == 2
+
+
+# -- 9. dry-run -----------------------------------------------------------------------------------------------
+
+
+async def test_dry_run_plans_the_scale_up_and_changes_nothing(tmp_path: Path) -> None:
+    """No condition, node, provider call or Event; the would-be scale-up is at /debug/plans and in the metrics
+    with ``dry_run="true"``."""
+    async with running_cluster(tmp_path, settings=replace(FAST, dry_run=True)) as cl:
+        await slice_template(cl)
+        pr = await cl.provreq("maybe", ("slice", 2))
+        await wait_for(lambda: cl.ctl.debug_plans()["decisions"])
+        await cl.idle()
+
+        plans = cl.ctl.debug_plans()
+        assert plans["dryRun"] is True
+        [decision] = plans["decisions"]
+        assert (decision["request"], decision["outcome"], decision["dryRun"]) == ("default/maybe", "ScaleUp", True)
+        assert decision["summary"] == "scale up tpu-a +1 unit (2 nodes) in zone zone-a"
+        assert await cl.conditions("maybe") == {}
+        after = await cl.get_pr("maybe")
+        assert after is not None and after["metadata"]["resourceVersion"] == pr["metadata"]["resourceVersion"]
+        assert await cl.nodes() == [] and cl.obtains() == [] and cl.cloud.calls == []
+        assert (await cl.http.request("GET", EVENTS.path(NS))).get("items") == []
+        text = cl.ctl.metrics.render()[0].decode()
+        assert 'gangscale_scaled_units_total{direction="up",dry_run="true",pool="tpu-a"} 1.0' in text
+        assert 'dry_run="false"' not in text
+
+        # A minute later it is planned again, and still nothing is written.
+        await cl.advance_stepwise(60)
+        await wait_for(lambda: 'pool="tpu-a"} 2.0' in cl.ctl.metrics.render()[0].decode())
+        assert await cl.conditions("maybe") == {} and await cl.nodes() == [] and cl.cloud.calls == []
+
+
+async def test_dry_run_keeps_the_would_be_scale_up_listed_while_the_cluster_moves(tmp_path: Path) -> None:
+    """A pass that plans nothing (kicked by any watch event) must not empty /debug/plans: the latest decision
+    per request stays listed until it is re-planned or the request is gone."""
+    async with running_cluster(tmp_path, settings=replace(FAST, dry_run=True)) as cl:
+        await slice_template(cl)
+        await cl.provreq("maybe", ("slice", 2))
+        await wait_for(lambda: cl.ctl.debug_plans()["decisions"])
+        passes = cl.ctl.passes
+        await cl.template("unrelated", {"cpu": "1"})  # any watch event: a pass runs
+        await wait_for(lambda: cl.ctl.passes > passes)
+        await cl.idle()
+        assert [d["request"] for d in cl.ctl.debug_plans()["decisions"]] == ["default/maybe"]
+
+
+# -- 10. bad input ---------------------------------------------------------------------------------------------
+
+
+async def _missing_template(cl: Cluster) -> None:
+    await cl.provreq("bad", ("nowhere", 1))
+
+
+async def _malformed_quantity(cl: Cluster) -> None:
+    await cl.template("greedy", {"cpu": "lots"})
+    await cl.provreq("bad", ("greedy", 1))
+
+
+async def _huge_count(cl: Cluster) -> None:
+    await cl.template("tiny", {"cpu": "1"})
+    await cl.provreq("bad", ("tiny", 2147483647))
+
+
+async def _unknown_class(cl: Cluster) -> None:
+    await cl.template("tiny", {"cpu": "1"})
+    await cl.provreq("bad", ("tiny", 1), cls="queued-provisioning.gke.io")
+
+
+def _failed_to_create_pods(prefix: str, *parts: str) -> Callable[[dict[str, tuple[str, str, str]]], None]:
+    def check(conditions: dict[str, tuple[str, str, str]]) -> None:
+        status, reason, message = conditions["Failed"]
+        assert (status, reason) == ("True", "FailedToCreatePods")
+        assert message.startswith(prefix), message
+        for part in parts:
+            assert part in message, message
+        assert "Provisioned" not in conditions
+    return check
+
+
+def _not_found(conditions: dict[str, tuple[str, str, str]]) -> None:
+    status, reason, message = conditions["Provisioned"]
+    assert (status, reason) == ("False", "CapacityIsNotFound")
+    assert message.startswith("cannot place every pod:") and "of 2147483647 pods" in message, message
+    assert "Failed" not in conditions
+
+
+def _untouched(conditions: dict[str, tuple[str, str, str]]) -> None:
+    assert conditions == {}
+
+
+@pytest.mark.parametrize(("make", "check"), [
+    pytest.param(_missing_template, _failed_to_create_pods(
+        "missing pod templates,", "1 templates were missing: nowhere"), id="missing-template"),
+    pytest.param(_malformed_quantity, _failed_to_create_pods(
+        "invalid pod template greedy (spec.podSets[0]):", "template.spec.containers[0].resources.requests.cpu",
+        "invalid quantity 'lots'"),
+        id="malformed-quantity"),
+    pytest.param(_huge_count, _not_found, id="huge-count"),
+    pytest.param(_unknown_class, _untouched, id="unknown-class"),
+])
+async def test_bad_input_gets_a_precise_condition_and_the_loop_serves_the_good_request(
+        tmp_path: Path, make: Callable[[Cluster], Awaitable[None]],
+        check: Callable[[dict[str, tuple[str, str, str]]], None]) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await cpu_template(cl)
+        await make(cl)
+        await cl.provreq("good", ("small", 1))
+        await count_nodes(cl, 1, "cpu")
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("good", "Provisioned", "True", "CapacityIsProvisioned")
+        await cl.idle()
+        check(await cl.conditions("bad"))
+        assert [c.pool for c in cl.obtains()] == ["cpu"] and created(cl) == 1
+
+
+async def test_a_malformed_quantity_names_the_field_once(tmp_path: Path) -> None:
+    """The Failed message names the template and the field once each (not 'template.spec: … template.spec')."""
+    async with running_cluster(tmp_path) as cl:
+        await _malformed_quantity(cl)
+        await cl.wait_condition("bad", "Failed", "True", "FailedToCreatePods")
+        message = (await cl.conditions("bad"))["Failed"][2]
+        assert message.count("template.spec") == 1, message
+        assert message.startswith("invalid pod template greedy (spec.podSets[0]): "), message
+
+
+async def test_a_zero_count_is_rejected_by_the_api_server(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await cpu_template(cl)
+        with pytest.raises(ApiError) as raised:
+            await cl.provreq("zero", ("small", 0))
+        assert raised.value.status == 422
+        assert "spec.podSets[0].count" in str(raised.value)
+        await cl.provreq("good", ("small", 1))
+        await count_nodes(cl, 1, "cpu")
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("good", "Provisioned", "True", "CapacityIsProvisioned")
+
+
+# -- 11. scale-down ---------------------------------------------------------------------------------------------
+
+
+async def provisioned_and_released(cl: Cluster, name: str, *pod_sets: tuple[str, int]) -> None:
+    """A PR whose booking ends at once (``bookingSeconds: 0``): its new nodes are empty and unbooked."""
+    await cl.provreq(name, *pod_sets, parameters={"bookingSeconds": "0"})
+    await wait_record(cl, name, OBTAINED)
+    await cl.advance(PROVISION_SECONDS)
+    await cl.wait_condition(name, "BookingExpired", "True", "CapacityReservationTimeExpired")
+
+
+async def bind_pod(cl: Cluster, name: str, node: str) -> None:
+    """An ordinary (non-DaemonSet) pod running on ``node``."""
+    await cl.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                           "spec": {"nodeName": node, "containers": [
+                               {"name": "web", "image": "nginx", "resources": {"requests": {"cpu": "1"}}}]}})
+
+
+@pytest.mark.parametrize(("template", "pods", "pool", "busy_units", "kept_units"), [
+    # One v5e slice, empty: both hosts go in one release.
+    pytest.param("slice", 2, "tpu-a", 0, 0, id="slice-removed-whole"),
+    # Two empty cpu units, pool minUnits 1: one goes, one stays (a unit whose removal is in flight no longer
+    # counts toward the pool, so a pass during that removal does not take the second one too).
+    pytest.param("small", 2, "cpu", 0, 1, id="min-units-hold"),
+    # Two slices, a pod on one host of the first: that slice stays whole, the other goes.
+    pytest.param("slice", 4, "tpu-a", 1, 1, id="a-node-running-a-pod-keeps-its-slice"),
+])
+async def test_empty_units_are_removed_after_the_unneeded_time(tmp_path: Path, template: str, pods: int,
+                                                               pool: str, busy_units: int, kept_units: int) -> None:
+    async with running_cluster(tmp_path, pool_yaml=MIN_UNITS_YAML) as cl:
+        await cpu_template(cl)
+        await slice_template(cl, pool="tpu-a")
+        await provisioned_and_released(cl, "done", (template, pods))
+        nodes = sorted(await cl.nodes(pool), key=lambda n: n["metadata"]["name"])
+        units = sorted({unit_of(n) for n in nodes})
+        busy = set(units[:busy_units])
+        for unit in busy:
+            await bind_pod(cl, f"web-{unit}", f"{unit}-1" if pool.startswith("tpu") else f"{unit}-0")
+        # The controller has seen the pods and counts every other unit idle from the same moment.
+        await wait_for(lambda: set(cl.ctl.idle_since) == set(units) - busy)
+        since = max(cl.ctl.idle_since.values())
+        assert since == cl.clock.now()
+
+        cl.cloud.faults(pool).call_latency = 5  # a removal takes 5 s of the cloud's time
+        await cl.advance_stepwise(UNNEEDED_TIME - 1)
+        assert len(await cl.nodes(pool)) == len(nodes) and not cl.ctl.releasing
+        await cl.advance_stepwise(1)
+        await wait_for(lambda: cl.ctl.releasing)
+        # Something else happens while the removal runs: that pass must not remove more than the first did.
+        passes = cl.ctl.passes
+        await cl.template("unrelated", {"cpu": "1"})
+        await wait_for(lambda: cl.ctl.passes > passes)
+        await cl.advance_stepwise(5)
+        await wait_for(lambda: not cl.ctl.releasing)
+        await cl.advance_stepwise(60)  # another pass or two: nothing more goes
+        assert len(releases(cl)) == len(units) - kept_units
+
+        per_unit = 2 if pool.startswith("tpu") else 1
+        await count_nodes(cl, kept_units * per_unit, pool)
+        left = {unit_of(n) for n in await cl.nodes(pool)}
+        assert busy <= left and len(left) == kept_units
+        for release in releases(cl):
+            assert (release.pool, release.units, release.nodes_deleted, release.at) == (
+                pool, 1, per_unit, since + UNNEEDED_TIME)
+        removed = cl.ctl.debug_plans()["scaleDowns"]
+        assert sorted(r["unit"] for r in removed) == sorted(set(units) - left)
+        for r in removed:
+            assert (r["pool"], r["idleSince"], r["dryRun"]) == (pool, rfc3339(since), False)
+            assert sorted(r["nodes"]) == [f"{r['unit']}-{i}" for i in range(per_unit)]
+
+
+# -- 12. events ---------------------------------------------------------------------------------------------------
+
+
+async def test_a_scale_up_is_told_in_events_on_the_request(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        pr = await cl.provreq("told", ("slice", 2))
+        await wait_record(cl, "told", OBTAINED)
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("told", "Provisioned", "True", "CapacityIsProvisioned")
+        provisioned = await wait_event(cl, "told", "Provisioned")
+
+        got = await events(cl, "told")
+        assert [(e["type"], e["reason"]) for e in got] == [("Normal", "ScaleUp"), ("Normal", "Provisioned")]
+        assert got[0]["message"] == "scale up tpu-a +1 unit (2 nodes) in zone zone-a"
+        assert provisioned["message"] == "2 new nodes are Ready (tpu-a +1 unit)"
+        for event in got:
+            assert event["involvedObject"] == {
+                "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest", "name": "told",
+                "namespace": NS, "uid": pr["metadata"]["uid"],
+                "resourceVersion": event["involvedObject"]["resourceVersion"]}
+            assert event["source"]["component"] == "gangscale"
+
+
+async def test_a_failed_scale_up_is_told_in_a_warning_event(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl, pool="tpu-a")
+        cl.cloud.faults("tpu-a").quota = True
+        pr = await cl.provreq("refused", ("slice", 2))
+        failed = await wait_event(cl, "refused", "ScaleUpFailed")
+        assert failed["type"] == "Warning"
+        assert "pool tpu-a: quota (QUOTA_EXCEEDED" in failed["message"]
+        assert failed["involvedObject"]["uid"] == pr["metadata"]["uid"]
+        assert failed["involvedObject"]["kind"] == "ProvisioningRequest"
+        reasons = [e["reason"] for e in await events(cl, "refused")]
+        assert reasons[:2] == ["ScaleUp", "ScaleUpFailed"]
+        assert "Provisioned" not in reasons
+
