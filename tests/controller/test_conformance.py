@@ -75,6 +75,13 @@ async def wait_message(cl: Cluster, name: str, ctype: str, fragment: str) -> Non
     await wait_for(has)
 
 
+async def wait_obtained(cl: Cluster, name: str) -> None:
+    """Wait until the scale-up's provider calls are over (the simulated cloud times each unit's Ready from the
+    moment it creates it, so the clock must not move while units are still being created)."""
+    await cl.wait_condition(name, "Provisioned", "False", "ScaleUpInProgress")
+    await wait_message(cl, name, "Provisioned", "waiting for the new nodes to be Ready")
+
+
 async def wait_gone(cl: Cluster, name: str) -> None:
     async def gone() -> bool:
         return await cl.get_pr(name) is None
@@ -179,7 +186,7 @@ async def test_s01_accepted_before_or_with_the_outcome(tmp_path: Path, cls: str)
                 await cl.wait_condition("pr", "Provisioned", "True", "CapacityIsFound")
             else:
                 await cl.provreq("pr", ("gpu8", 1), cls=ATOMIC)
-                await cl.wait_condition("pr", "Provisioned", "False", "ScaleUpInProgress")
+                await wait_obtained(cl, "pr")
                 await cl.advance(30)
                 await cl.wait_condition("pr", "Provisioned", "True", "CapacityIsProvisioned")
             await wait_for(lambda: any(any(c["type"] == "Provisioned" and c["status"] == "True"
@@ -368,8 +375,7 @@ async def test_s09_atomic_scale_up_is_provisioned_once_every_node_is_ready(tmp_p
         t0 = cl.clock.now()
         await cl.template("gpu8", limits={"nvidia.com/gpu": "8"})
         await cl.provreq("pr", ("gpu8", 3), cls=ATOMIC)
-        await cl.wait_condition("pr", "Provisioned", "False", "ScaleUpInProgress")
-        await wait_message(cl, "pr", "Provisioned", "waiting for the new nodes to be Ready")
+        await wait_obtained(cl, "pr")
         assert "obtained gpu +3 units" in await message(cl, "pr", "Provisioned")
         assert [(c.pool, c.units) for c in cl.obtains()] == [("gpu", 3)]
         assert await ltt(cl, "pr", "Provisioned") == rfc3339(t0)
@@ -391,8 +397,7 @@ async def test_s09_atomic_slices_may_be_spread_over_alike_pools(tmp_path: Path) 
     async with running_cluster(tmp_path) as cl:
         await cl.template("slice", limits={"google.com/tpu": "4"}, selector=TPU)
         await cl.provreq("pr", ("slice", 4), cls=ATOMIC)
-        await cl.wait_condition("pr", "Provisioned", "False", "ScaleUpInProgress")
-        await wait_message(cl, "pr", "Provisioned", "waiting for the new nodes to be Ready")
+        await wait_obtained(cl, "pr")
         calls = cl.obtains()
         assert sum(c.units for c in calls) == 2 and len({c.pool for c in calls}) == len(calls)
         assert {c.pool for c in calls} <= {"tpu-a", "tpu-b"}
@@ -645,7 +650,7 @@ async def test_s18_unknown_class_or_other_processor_instance_is_never_touched(tm
         for name, kwargs in ignored.items():
             await cl.provreq(name, ("gpu8", 1), **kwargs)
         await cl.provreq("served", ("gpu8", 1), cls=ATOMIC, parameters={"processorInstance": "blue"})
-        await cl.wait_condition("served", "Accepted", "True", "Accepted")
+        await wait_obtained(cl, "served")
         await cl.advance(30)
         await cl.wait_condition("served", "Provisioned", "True", "CapacityIsProvisioned")
         for step in (10 * MINUTE, 7 * DAY, 8 * DAY):
@@ -678,6 +683,7 @@ async def test_s19_pending_consumer_pods_never_trigger_a_scale_up(tmp_path: Path
             await pending_pod(cl, f"real-{i}", {"autoscaling.x-k8s.io/consume-provisioning-request": "real",
                                                 "autoscaling.x-k8s.io/provisioning-class-name": ATOMIC}, gpu)
         await cl.wait_condition("waiting", "Provisioned", "False", "CapacityIsNotFound")
+        await wait_obtained(cl, "real")
         await cl.advance(30)
         await cl.wait_condition("real", "Provisioned", "True", "CapacityIsProvisioned")
         await jump(cl, 15 * MINUTE)
@@ -688,7 +694,7 @@ async def test_s19_pending_consumer_pods_never_trigger_a_scale_up(tmp_path: Path
 async def provisioned_gpu_node(cl: Cluster) -> str:
     await cl.template("gpu8", limits={"nvidia.com/gpu": "8"})
     await cl.provreq("pr", ("gpu8", 1), cls=ATOMIC)
-    await cl.wait_condition("pr", "Provisioned", "False", "ScaleUpInProgress")
+    await wait_obtained(cl, "pr")
     await cl.advance(30)
     await cl.wait_condition("pr", "Provisioned", "True", "CapacityIsProvisioned")
     [node] = await pool_nodes(cl, "gpu")
@@ -757,7 +763,7 @@ async def test_s21_every_status_write_is_an_apply_to_the_status_subresource(tmp_
             await cl.wait_condition("not-found", "Provisioned", "False", "CapacityIsNotFound")
             await cl.wait_condition("no-retry", "Failed", "True", "CapacityIsNotFound")
             await cl.wait_condition("missing", "Failed", "True", "FailedToCreatePods")
-            await cl.wait_condition("scale", "Provisioned", "False", "ScaleUpInProgress")
+            await wait_obtained(cl, "scale")
             await cl.advance(30)
             await cl.wait_condition("scale", "Provisioned", "True", "CapacityIsProvisioned")
             await jump(cl, 10 * MINUTE)
