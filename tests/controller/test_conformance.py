@@ -6,8 +6,9 @@ gangscale deliberately differs from the cluster-autoscaler (the Accepted message
 every new node is Ready, ``lastTransitionTime`` moving only when a status flips, messages that explain, no
 check-capacity batch size or timebox) the test asserts gangscale's behaviour and says so.
 
-Everything runs over real HTTP on a :class:`ManualClock`: time moves only through ``cl.advance``; ``wait_for``
-and ``cl.wait_condition`` are hang guards, never timing assertions.
+Everything runs over real HTTP on a :class:`ManualClock`: time moves only through the clock (``cl.advance``, or
+``jump`` for stretches that cross many timers); ``wait_for`` and ``cl.wait_condition`` are hang guards, never
+timing assertions.
 """
 
 from __future__ import annotations
@@ -88,13 +89,14 @@ async def wait_gone(cl: Cluster, name: str) -> None:
     await wait_for(gone)
 
 
-async def settle(cl: Cluster) -> None:
-    """Make the controller run a pass at the current clock time and arm its next wake from it.
+async def catch_up(cl: Cluster) -> None:
+    """Make the controller run a pass at the current clock time and arm its next wake-up from it.
 
     A ``cl.advance`` across several deadlines wakes the controller at an early one and may finish moving the clock
-    before the controller has armed its next timer, which it then arms relative to the later time (up to one
-    resync period late; see the module notes). A kick, which is what any watch event does, makes it run a pass
-    now and re-arm, so that a following advance to an exact deadline wakes it on time.
+    before the controller has re-armed its timer, which then starts late (see ``Cluster.advance_stepwise``).
+    Stepping through every timer is too slow for days of clock time; a kick, which is what any watch event does,
+    makes the controller run a pass now and re-arm from now, so that a following ``cl.advance`` to an exact
+    deadline wakes it on time.
     """
     cl.ctl.kick.set()
     await wait_for(lambda: not cl.ctl.kick.is_set())
@@ -102,9 +104,9 @@ async def settle(cl: Cluster) -> None:
 
 
 async def jump(cl: Cluster, seconds: float) -> None:
-    """Move the clock across many deadlines; then the controller has run a pass at the new time (``settle``)."""
+    """Move the clock across many deadlines; then the controller has run a pass at the new time (``catch_up``)."""
     await cl.clock.advance(seconds)
-    await settle(cl)
+    await catch_up(cl)
 
 
 async def pool_nodes(cl: Cluster, pool: str | None = None) -> list[str]:
@@ -126,9 +128,9 @@ async def delete(cl: Cluster, resource: Any, name: str) -> None:
 
 
 def pr_writes(cl: Cluster) -> list[Any]:
-    """Every request that changed a ProvisioningRequest, except the test's own creates."""
-    return [r for r in cl.server.requests if r.resource == "provisioningrequests"
-            and r.method not in ("GET", "POST")]
+    """Every request of the controller (user agent ``gangscale``) that could change a ProvisioningRequest."""
+    return [r for r in cl.server.requests if r.resource == "provisioningrequests" and r.user_agent == "gangscale"
+            and r.method != "GET"]
 
 
 def status_writes(cl: Cluster, name: str) -> int:
@@ -368,8 +370,8 @@ async def test_s09_atomic_scale_up_is_provisioned_once_every_node_is_ready(tmp_p
     unlike upstream, the PR says ``Provisioned=False/ScaleUpInProgress`` while they come up and
     ``True/CapacityIsProvisioned`` only once every one of them is Ready.
 
-    The Provisioned lastTransitionTime stays put while only the message changes (obtaining -> waiting for Ready)
-    and moves when the status flips to True.
+    The Provisioned lastTransitionTime moves when the status flips to True, 30 s later (that it stays put while
+    only the message changes is shown by the scenario 11 tests, where time passes between messages).
     """
     async with running_cluster(tmp_path) as cl:
         t0 = cl.clock.now()
@@ -520,7 +522,7 @@ async def test_s13_booking_consumed_once_every_pod_is_scheduled(tmp_path: Path) 
         await cl.provreq("a", ("three", 2), cls=CHECK)
         await cl.wait_condition("a", "Provisioned", "True", "CapacityIsFound")
         await cl.consumer("a-0", "a", "n1", {"cpu": "3"})
-        await settle(cl)
+        await catch_up(cl)
         assert await cl.condition("a", "BookingExpired") is None
         # n1 has 5 cpu unrequested, 3 of which are still booked for a's second pod: 4 do not fit.
         await cl.provreq("c", ("four", 1), cls=CHECK)
@@ -775,6 +777,9 @@ async def test_s21_every_status_write_is_an_apply_to_the_status_subresource(tmp_
                                     for v in versions} == final)
         writes = pr_writes(cl)
         assert len(writes) >= 12
+        others = {(r.user_agent, r.method) for r in cl.server.requests
+                  if r.resource == "provisioningrequests" and r.method != "GET" and r not in writes}
+        assert others == {("gangscale-tests", "POST")}  # every condition seen below is gangscale's
         for w in writes:
             assert (w.method, w.subresource, w.status) == ("PATCH", "status", 200), w
             assert w.content_type.split(";")[0] == "application/apply-patch+yaml", w
@@ -782,7 +787,10 @@ async def test_s21_every_status_write_is_an_apply_to_the_status_subresource(tmp_
         checked = 0
         for version in versions:
             generation = version["metadata"]["generation"]
-            for cond in (version.get("status") or {}).get("conditions") or []:
+            conds = (version.get("status") or {}).get("conditions") or []
+            if conds:  # scenario 1 for every outcome: Accepted comes first or with it
+                assert any(c["type"] == "Accepted" and c["status"] == "True" for c in conds), conds
+            for cond in conds:
                 assert REASON.match(cond["reason"]), cond
                 assert isinstance(cond.get("message"), str), cond
                 assert cond.get("observedGeneration") == generation, cond
