@@ -24,6 +24,11 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    async def sleep_until(self, deadline: float) -> None:
+        """Sleep until the clock reads ``deadline`` (at once if it already does). Deadlines are absolute, so
+        a sleeper that starts late still wakes on time."""
+        ...
+
 
 def to_datetime(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, UTC)
@@ -43,16 +48,16 @@ def parse_rfc3339(value: str | None) -> float | None:
         return None
 
 
-async def wait_event(clock: Clock, event: asyncio.Event, timeout: float | None) -> bool:
-    """Wait until ``event`` is set or ``timeout`` seconds of ``clock`` time pass; True if the event is set."""
-    if event.is_set() or (timeout is not None and timeout <= 0):
+async def wait_event(clock: Clock, event: asyncio.Event, deadline: float | None) -> bool:
+    """Wait until ``event`` is set or ``clock`` reads ``deadline`` (None: no deadline); True if the event is set."""
+    if event.is_set() or (deadline is not None and deadline <= clock.now()):
         await asyncio.sleep(0)  # always a turn of the loop: a caller looping on this must not starve others
         return event.is_set()
-    if timeout is None:
+    if deadline is None:
         await event.wait()
         return True
     waiter = asyncio.ensure_future(event.wait())
-    sleeper = asyncio.ensure_future(clock.sleep(timeout))
+    sleeper = asyncio.ensure_future(clock.sleep_until(deadline))
     try:
         await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -71,6 +76,9 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
+    async def sleep_until(self, deadline: float) -> None:
+        await asyncio.sleep(max(0.0, deadline - time.time()))
+
 
 class ManualClock:
     """A clock that moves only when ``advance`` or ``set`` is called."""
@@ -87,11 +95,14 @@ class ManualClock:
         return to_datetime(self._now)
 
     async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
+        await self.sleep_until(self._now + seconds)
+
+    async def sleep_until(self, deadline: float) -> None:
+        if deadline <= self._now:
             await asyncio.sleep(0)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._sleepers, (self._now + seconds, next(self._seq), fut))
+        heapq.heappush(self._sleepers, (deadline, next(self._seq), fut))
         await fut
 
     @property

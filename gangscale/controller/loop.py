@@ -173,18 +173,18 @@ class Controller:
         self.last_pass = self.clock.now()
 
     async def wait_for_work(self) -> None:
-        now = self.clock.now()
-        wake = min(self.pass_runner.next_wake(now), now + RESYNC)
-        kicked = await wait_event(self.clock, self.kick, max(0.0, wake - now))
+        # Deadlines are absolute: one that passed while the pass ran (or while a test moved the clock) wakes
+        # the loop at once instead of being re-armed from a later "now".
+        ran_at = self.pass_runner.ran_at
+        kicked = await wait_event(self.clock, self.kick, min(self.pass_runner.next_wake(ran_at), ran_at + RESYNC))
         # The batch window gathers new demand (Karpenter-style); progress of work already decided (a node
         # turned Ready, a provider call returned) needs no gathering and is handled at once.
         if kicked and self.settings.batch_idle > 0 and not self.progress:
             first = self.clock.now()
             while True:
                 self.kick.clear()
-                left = first + self.settings.batch_max - self.clock.now()
-                if left <= 0 or not await wait_event(self.clock, self.kick, min(self.settings.batch_idle, left)) \
-                        or self.progress:
+                deadline = min(self.clock.now() + self.settings.batch_idle, first + self.settings.batch_max)
+                if not await wait_event(self.clock, self.kick, deadline) or self.progress:
                     break
         self.kick.clear()
         self.progress = False

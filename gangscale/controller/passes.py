@@ -51,13 +51,15 @@ class Pass:
         self.latest: dict[str, JSON] = {}
         self.scale_downs: list[JSON] = []
         self._priorities: dict[tuple[str, str], int] = {}
+        #: Clock time of the last pass: what was due by then, it handled.
+        self.ran_at = ctl.clock.now()
 
     # -- the pass ---------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
         ctl = self.ctl
         started = time.perf_counter()
-        now = ctl.clock.now()
+        now = self.ran_at = ctl.clock.now()
         ctl.refresh_states()
         ctl.view.refresh(ctl.nodes.cache.values(), ctl.pods.cache.values())
         acts = Actions()
@@ -345,6 +347,7 @@ class Pass:
         ctl.metrics.set_pool_units(by_state)
 
     def next_wake(self, now: float) -> float:
+        """The earliest deadline after ``now`` (the last pass's time) at which some request moves on."""
         ctl, s = self.ctl, self.ctl.settings
         times: list[float] = []
         for st in ctl.states.values():
@@ -367,6 +370,6 @@ class Pass:
         for extra in (ctl.backoffs.next_expiry(now), next_due(ctl.idle_since, s.scale_down_unneeded_time)):
             if extra is not None:
                 times.append(extra)
-        # A time already due was handled by the pass that just ran (or is waiting on a task or an event):
-        # waking for it again would spin.
+        # A time due by ``now`` was handled by the pass at ``now`` (or waits on a task or an event): waking
+        # for it again would spin.
         return min((t for t in times if t > now), default=float("inf"))

@@ -116,7 +116,7 @@ async def gate(clock: Clock, faults: PoolFaults, pool: str, deadline: float | No
     latency = faults.call_latency
     if latency > 0:
         if deadline is not None and clock.now() + latency > deadline:
-            await clock.sleep(max(0.0, deadline - clock.now()))
+            await clock.sleep_until(deadline)
             raise ProviderError(ErrorClass.TRANSIENT, "DEADLINE_EXCEEDED",
                                 f"the call takes {latency:g}s and its deadline passed first (simulated)", pool=pool)
         await clock.sleep(latency)

@@ -475,9 +475,7 @@ class SimulatedProvider:
 
     async def _become_ready(self, unit_id: str, nodes: tuple[str, ...], ready_at: float) -> None:
         try:
-            delay = ready_at - self._clock.now()
-            if delay > 0:
-                await self._clock.sleep(delay)
+            await self._clock.sleep_until(ready_at)
             stamp = rfc3339(self._clock.now())
             body = {"status": {"conditions": [_ready_condition(True, stamp)]}}
             for name in nodes:

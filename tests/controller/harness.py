@@ -126,10 +126,8 @@ class Cluster:
 
     async def advance_stepwise(self, seconds: float) -> None:
         """Like :meth:`advance`, but stopping at every timer on the way and letting the cluster react before the
-        clock moves on. ``ManualClock.sleep`` takes its start time when the sleeping task first runs, so a timer
-        re-armed by a reaction that is still running when ``advance`` jumps ahead starts late (the controller's
-        next wake-up, e.g. a scale-down due 10 minutes after a unit became empty, then comes too late); use this
-        to cross such a timer."""
+        clock moves on, so each reaction happens at the time it was due (a unit that becomes empty when a timer
+        fires starts its scale-down countdown then, not at the end of one long jump)."""
         target = self.clock.now() + seconds
         while (deadline := self.clock.next_deadline) is not None and deadline <= target:
             sleepers = self.clock.sleepers

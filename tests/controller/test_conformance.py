@@ -90,13 +90,10 @@ async def wait_gone(cl: Cluster, name: str) -> None:
 
 
 async def catch_up(cl: Cluster) -> None:
-    """Make the controller run a pass at the current clock time and arm its next wake-up from it.
+    """Make the controller run a pass at the current clock time, as any watch event would.
 
-    A ``cl.advance`` across several deadlines wakes the controller at an early one and may finish moving the clock
-    before the controller has re-armed its timer, which then starts late (see ``Cluster.advance_stepwise``).
-    Stepping through every timer is too slow for days of clock time; a kick, which is what any watch event does,
-    makes the controller run a pass now and re-arm from now, so that a following ``cl.advance`` to an exact
-    deadline wakes it on time.
+    After a long ``cl.advance`` the controller's pass may have started at an earlier deadline on the way; a kick
+    makes it look at the cluster again at the new time before the test checks an outcome.
     """
     cl.ctl.kick.set()
     await wait_for(lambda: not cl.ctl.kick.is_set())

@@ -1,0 +1,47 @@
+"""ManualClock and wait_event: deadlines are absolute, so a sleeper that starts late still wakes on time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gangscale.clock import ManualClock, wait_event
+
+
+async def test_sleepers_wake_in_deadline_order_as_the_clock_passes_them() -> None:
+    clock = ManualClock(start=100.0)
+    woke: list[tuple[str, float]] = []
+
+    async def sleeper(name: str, deadline: float) -> None:
+        await clock.sleep_until(deadline)
+        woke.append((name, clock.now()))
+
+    tasks = [asyncio.create_task(sleeper("late", 160.0)), asyncio.create_task(sleeper("early", 130.0))]
+    await asyncio.sleep(0)
+    await clock.advance(29)
+    assert woke == []
+    await clock.advance(40)
+    assert woke == [("early", 130.0), ("late", 160.0)]
+    assert clock.now() == 169.0
+    await asyncio.gather(*tasks)
+
+
+async def test_a_deadline_already_passed_returns_at_once_instead_of_starting_a_new_wait() -> None:
+    clock = ManualClock(start=100.0)
+    await clock.advance(50)
+    await asyncio.wait_for(clock.sleep_until(120.0), timeout=1)  # a hang guard: it must not wait at all
+    assert clock.sleepers == 0
+
+
+async def test_wait_event_ends_at_the_deadline_or_when_the_event_is_set() -> None:
+    clock = ManualClock(start=0.0)
+    event = asyncio.Event()
+    waiting = asyncio.create_task(wait_event(clock, event, deadline=10.0))
+    await asyncio.sleep(0)
+    await clock.advance(10)
+    assert await waiting is False
+
+    waiting = asyncio.create_task(wait_event(clock, event, deadline=100.0))
+    await asyncio.sleep(0)
+    event.set()
+    assert await waiting is True
+    assert clock.sleepers == 0  # the deadline's sleeper was cancelled
