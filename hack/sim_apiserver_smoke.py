@@ -15,10 +15,8 @@ import time
 from pathlib import Path
 
 from gangscale.kube.client import make_http
-from gangscale.kube.transport import Resource
+from gangscale.kube.resources import NODES
 from gangscale.sim.apiserver import EmbeddedAPIServer
-
-NODES = Resource("", "v1", "nodes", namespaced=False)
 
 
 async def main(objects: int) -> None:

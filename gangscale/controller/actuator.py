@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
 from gangscale.clock import Clock
 from gangscale.controller.record import Step
@@ -20,6 +21,7 @@ from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import ErrorClass, NodePoolProvider, Obtained, ProviderError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ScaleUpFailed(Exception):
@@ -32,8 +34,7 @@ class Actuator:
     def __init__(self, provider: NodePoolProvider, clock: Clock, metrics: Metrics, *, attempts: int = 5) -> None:
         self.provider, self.clock, self.metrics, self.attempts = provider, clock, metrics, attempts
 
-    async def _timed(self, operation: str, call: object) -> object:
-        assert asyncio.iscoroutine(call)
+    async def _timed(self, operation: str, call: Awaitable[T]) -> T:
         started = time.perf_counter()  # call latency is a real-time measurement, not a planning input
         error: str | None = None
         try:
@@ -51,10 +52,8 @@ class Actuator:
         backoff = Backoff(initial=1.0, maximum=30.0)
         for attempt in range(1, self.attempts + 1):
             try:
-                got = await self._timed("obtain", self.provider.obtain(step.pool, step.units, token=step.token,
-                                                                         deadline=deadline))
-                assert isinstance(got, Obtained)
-                return got
+                return await self._timed("obtain", self.provider.obtain(step.pool, step.units, token=step.token,
+                                                                          deadline=deadline))
             except ProviderError as exc:
                 if exc.error_class is not ErrorClass.TRANSIENT or attempt == self.attempts:
                     raise
@@ -83,7 +82,7 @@ class Actuator:
         released = 0
         for step in steps:
             got = await self._timed("lookup", self.provider.lookup(step.token))
-            if isinstance(got, Obtained) and got.units:
+            if got is not None and got.units:
                 await self.release(step.pool, [unit.unit_id for unit in got.units], step.token)
                 released += len(got.units)
         return released

@@ -35,7 +35,8 @@ from gangscale.controller.settings import Settings
 from gangscale.controller.transitions import Transitions
 from gangscale.kube.errors import ApiError
 from gangscale.kube.reflector import Reflector, ReflectorEvent
-from gangscale.kube.transport import KubeHTTP, Resource
+from gangscale.kube.resources import NODES, PODS, PODTEMPLATES, PROVREQS
+from gangscale.kube.transport import KubeHTTP
 from gangscale.kube.writes import EventRecorder, apply_provreq_status, delete_provreq
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
@@ -45,10 +46,6 @@ from gangscale.sources.provreq import parse
 
 log = logging.getLogger(__name__)
 
-PROVREQS = Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests")
-PODTEMPLATES = Resource("", "v1", "podtemplates")
-NODES = Resource("", "v1", "nodes", namespaced=False)
-PODS = Resource("", "v1", "pods")
 #: A pass runs at least this often even when nothing happens (a safety net, as informers resync).
 RESYNC = 60.0
 

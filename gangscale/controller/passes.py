@@ -29,6 +29,7 @@ from gangscale.controller.requests import Phase, RequestState, phase
 from gangscale.controller.scaledown import next_due, plan_scale_down
 from gangscale.controller.transitions import WARNING, Actions
 from gangscale.kube.errors import ApiError
+from gangscale.kube.resources import PODTEMPLATES, WORKLOADS
 from gangscale.model.decision import Decision, Outcome
 from gangscale.model.gang import Gang
 from gangscale.model.snapshot import Booking, PoolState, Snapshot
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
-WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads/{name}"
 
 
 class Pass:
@@ -155,7 +155,7 @@ class Pass:
         if not name:
             return None
         try:
-            return await self.ctl.http.request("GET", f"/api/v1/namespaces/{namespace}/podtemplates/{name}")
+            return await self.ctl.http.request("GET", PODTEMPLATES.path(namespace, name))
         except ApiError as exc:
             if not exc.not_found:
                 log.warning("could not read podtemplate %s/%s: %s", namespace, name, exc)
@@ -168,7 +168,7 @@ class Pass:
         key = (namespace, workload)
         if key not in self._priorities:
             try:
-                obj = await self.ctl.http.request("GET", WORKLOADS.format(ns=namespace, name=workload))
+                obj = await self.ctl.http.request("GET", WORKLOADS.path(namespace, workload))
                 value = (obj.get("spec") or {}).get("priority")
                 self._priorities[key] = int(value) if isinstance(value, int) else 0
             except ApiError as exc:

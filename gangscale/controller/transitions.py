@@ -112,9 +112,7 @@ class Transitions:
             return
         if now < record.deadline:
             return
-        late = sorted({step.pool for step in record.steps
-                       for name in (n for t, got in st.obtained.items() if t == step.token for n in got.node_names)
-                       if name not in ready})
+        late = sorted({got.pool for got in st.obtained.values() if set(got.node_names) - set(ready)})
         for pool in late:
             self.backoffs.fail(pool, "nodes that did not become Ready in time", now)
         why = (f"{len(nodes) - len(ready)} of {len(nodes)} new nodes were not Ready within "

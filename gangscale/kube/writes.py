@@ -14,12 +14,11 @@ from typing import Any
 
 from gangscale.clock import rfc3339
 from gangscale.kube.errors import ApiError
-from gangscale.kube.transport import KubeHTTP, Resource
+from gangscale.kube.resources import EVENTS, PROVREQS
+from gangscale.kube.transport import KubeHTTP
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gangscale"
-PROVREQS = Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests")
-EVENTS = Resource("", "v1", "events")
 APPLY = "application/apply-patch+yaml"
 log = logging.getLogger(__name__)
 

@@ -38,16 +38,13 @@ import contextlib
 import logging
 import random
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from gangscale.clock import Clock, parse_rfc3339, rfc3339
+from gangscale.clock import Clock, parse_rfc3339
 from gangscale.configschema import DEFAULT_PROVISION_SECONDS
 from gangscale.model.nodepool import POOL_LABEL, NodePool
-from gangscale.model.pod import HOSTNAME_LABEL
-from gangscale.model.quantity import format_quantity
-from gangscale.model.resources import DEFAULT_MAX_PODS, PODS
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtained, ProviderError, Unit
 from gangscale.providers.simfaults import (
     CREATED,
@@ -66,37 +63,25 @@ from gangscale.providers.simfaults import (
     stockout,
     with_rollback,
 )
+from gangscale.providers.simnodes import (
+    READY_AT_ANNOTATION,
+    KubeRequests,
+    NodeAPI,
+    ReadyTimers,
+    is_ready,
+    node_body,
+    slot_of,
+    unit_node_names,
+)
 
 __all__ = ["KubeRequests", "PoolFaults", "ProviderCall", "SimulatedProvider"]
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 
-NODES_PATH = "/api/v1/nodes"
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-#: Clock time at which the unit's nodes turn Ready; survives a restart on the Node itself.
-READY_AT_ANNOTATION = "simulated.gangscale.io/ready-at"
-#: ``<index>/<count>``: the unit's place in the obtain that created it, to rebuild ``Obtained`` in order.
-SLOT_ANNOTATION = "simulated.gangscale.io/slot"
-PROVIDER_ID_SCHEME = "simulated://"
-
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _LABEL_VALUE_MAX = 63
 _UNIT_SUFFIX_HEX = 5
-_LIST_PAGE = 500
-
-
-class KubeRequests(Protocol):
-    """The part of :class:`gangscale.kube.transport.KubeHTTP` the provider uses.
-
-    ``gangscale.providers`` and ``gangscale.kube`` are independent layers (``.importlinter``), so the client
-    is described by its shape; errors are read the same way (an ``int`` ``status``, as ``ApiError`` has).
-    """
-
-    async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
-                      body: Any = None, content_type: str = "application/json") -> dict[str, Any]: ...
-
-
 @dataclass
 class _Record:
     """What one token obtained: the units it designates and which of their nodes are known to exist."""
@@ -133,7 +118,6 @@ class SimulatedProvider:
     name = "simulated"
 
     def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock, *, seed: int = 0) -> None:
-        self._http = http
         self._clock = clock
         self._pools: dict[str, NodePool] = {}
         for pool in pools:
@@ -147,7 +131,8 @@ class SimulatedProvider:
         self._unit_token: dict[str, str] = {}
         # Never hand out an id twice, even one released since: a new unit must not look like an old one.
         self._issued: set[str] = set()
-        self._timers: dict[str, set[asyncio.Task[None]]] = {}
+        self._nodes = NodeAPI(http)
+        self._timers = ReadyTimers(clock, self._nodes)
         # One mutation at a time per pool, so its stock is never oversold and a token is never worked on twice
         # at once (a token belongs to one pool); pools are independent, as a cloud's would be.
         self._locks = {name: asyncio.Lock() for name in self._pools}
@@ -174,7 +159,7 @@ class SimulatedProvider:
         if self._started:
             return
         try:
-            nodes = await self._list_nodes(POOL_LABEL)
+            nodes = await self._nodes.list(POOL_LABEL)
         except Exception as exc:
             raise api_error("", "listing nodes", exc) from exc
         self._rebuild(nodes)
@@ -205,13 +190,7 @@ class SimulatedProvider:
         self.calls.append(trace.finish())
 
     async def aclose(self) -> None:
-        tasks = [task for group in self._timers.values() for task in group]
-        self._timers.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._timers.aclose()
 
     # --- obtain -------------------------------------------------------------------------------------
 
@@ -281,7 +260,7 @@ class SimulatedProvider:
                 waiting = [name for name in unit.nodes if name not in record.armed]
                 record.armed.update(waiting)
                 if waiting and not faults.never_ready:
-                    self._arm(unit.unit_id, waiting, ready_at)
+                    self._timers.arm(unit.unit_id, waiting, ready_at)
             if grant is not None:
                 raise stockout(pool.name, record.requested, grant,
                                f" (simulated partial grant: ran out after creating {grant})")
@@ -291,15 +270,16 @@ class SimulatedProvider:
 
     async def _create_node(self, pool: NodePool, record: _Record, slot: int, unit: Unit, name: str) -> bool:
         """Create one node; False if it already existed as this unit's node (an earlier attempt made it)."""
-        body = self._node_body(pool, record, slot, unit, name)
+        body = node_body(pool, record.token, f"{slot}/{record.requested}", unit.unit_id, name,
+                         record.ready_at[unit.unit_id], self._clock.now())
         record.uncertain.add(name)
         try:
-            await self._http.request("POST", NODES_PATH, body=body)
+            await self._nodes.create(body)
         except Exception as exc:
             if http_status(exc) != 409:
                 raise
             record.uncertain.discard(name)
-            existing = await self._http.request("GET", f"{NODES_PATH}/{name}")
+            existing = await self._nodes.find(name) or {}
             labels = (existing.get("metadata") or {}).get("labels") or {}
             if labels.get(TOKEN_LABEL) != record.token or labels.get(UNIT_LABEL) != unit.unit_id:
                 raise ProviderError(ErrorClass.PERMANENT, "NODE_NAME_TAKEN",
@@ -316,14 +296,14 @@ class SimulatedProvider:
         clean = True
         # If some node survives, a retry finishes the record and re-arms every node it then has.
         for unit in record.units:
-            self._cancel_timers(unit.unit_id)
+            self._timers.cancel(unit.unit_id)
         record.armed.clear()
         for unit in record.units:
             for name in unit.nodes:
                 if name not in record.created and name not in record.uncertain:
                     continue
                 try:
-                    trace.nodes_deleted += await self._delete_node(name)
+                    trace.nodes_deleted += await self._nodes.delete(name)
                 except Exception:
                     log.warning("simulated: could not roll back node %s of token %s", name, record.token,
                                 exc_info=True)
@@ -352,7 +332,7 @@ class SimulatedProvider:
             for unit_id in unit_ids:
                 try:
                     for name in await self._unit_nodes(pool.name, unit_id):
-                        trace.nodes_deleted += await self._delete_node(name)
+                        trace.nodes_deleted += await self._nodes.delete(name)
                 except Exception as exc:
                     failure = failure or exc
                     continue
@@ -368,7 +348,7 @@ class SimulatedProvider:
             return [name for unit in record.units if unit.unit_id == unit_id for name in unit.nodes]
         if not _is_label_value(unit_id):
             return []  # no node can carry it as a label
-        nodes = await self._list_nodes(f"{POOL_LABEL}={pool},{UNIT_LABEL}={unit_id}")
+        nodes = await self._nodes.list(f"{POOL_LABEL}={pool},{UNIT_LABEL}={unit_id}")
         return [node["metadata"]["name"] for node in nodes]
 
     # --- inventory ----------------------------------------------------------------------------------
@@ -384,7 +364,7 @@ class SimulatedProvider:
             self._drop_unit(unit.unit_id)
 
     def _drop_unit(self, unit_id: str) -> None:
-        self._cancel_timers(unit_id)
+        self._timers.cancel(unit_id)
         token = self._unit_token.pop(unit_id, None)
         record = self._records.get(token or "")
         if record is None:
@@ -429,10 +409,10 @@ class SimulatedProvider:
             found.setdefault(token, {}).setdefault(unit_id, {})[meta["name"]] = node
         for token, units in found.items():
             pool = self._pools[pools[token]]
-            slots = {unit_id: _slot(next(iter(nodes.values()))) for unit_id, nodes in units.items()}
+            slots = {unit_id: slot_of(next(iter(nodes.values()))) for unit_id, nodes in units.items()}
             ordered = sorted(units, key=lambda unit_id: (slots[unit_id][0], unit_id))
             record = _Record(token, pool.name, max([len(units)] + [count for _, count in slots.values()]), [
-                Unit(unit_id, _unit_node_names(unit_id, pool.nodes_per_unit, units[unit_id])) for unit_id in ordered])
+                Unit(unit_id, unit_node_names(unit_id, pool.nodes_per_unit, units[unit_id])) for unit_id in ordered])
             for unit_id, unit_nodes in units.items():
                 record.created.update(unit_nodes)
                 record.armed.update(unit_nodes)
@@ -441,9 +421,9 @@ class SimulatedProvider:
             if self._faults[pool.name].never_ready:
                 continue
             for unit_id, unit_nodes in units.items():
-                pending = sorted(name for name, node in unit_nodes.items() if not _is_ready(node))
+                pending = sorted(name for name, node in unit_nodes.items() if not is_ready(node))
                 if pending:
-                    self._arm(unit_id, pending, record.ready_at[unit_id])
+                    self._timers.arm(unit_id, pending, record.ready_at[unit_id])
 
     def _ready_at(self, pool: NodePool, node: JSON) -> float:
         meta = node.get("metadata") or {}
@@ -453,91 +433,6 @@ class SimulatedProvider:
         if created is None:
             return self._clock.now()
         return created + self._settings[pool.name].provision_seconds
-
-    # --- Ready timers -------------------------------------------------------------------------------
-
-    def _arm(self, unit_id: str, nodes: Sequence[str], ready_at: float) -> None:
-        task = asyncio.create_task(self._become_ready(unit_id, tuple(nodes), ready_at),
-                                   name=f"simulated-ready-{unit_id}")
-        self._timers.setdefault(unit_id, set()).add(task)
-        task.add_done_callback(lambda done: self._timer_done(unit_id, done))
-
-    def _timer_done(self, unit_id: str, task: asyncio.Task[None]) -> None:
-        group = self._timers.get(unit_id)
-        if group is not None:
-            group.discard(task)
-            if not group:
-                del self._timers[unit_id]
-
-    def _cancel_timers(self, unit_id: str) -> None:
-        for task in self._timers.pop(unit_id, set()):
-            task.cancel()
-
-    async def _become_ready(self, unit_id: str, nodes: tuple[str, ...], ready_at: float) -> None:
-        try:
-            await self._clock.sleep_until(ready_at)
-            stamp = rfc3339(self._clock.now())
-            body = {"status": {"conditions": [_ready_condition(True, stamp)]}}
-            for name in nodes:
-                try:
-                    await self._http.request("PATCH", f"{NODES_PATH}/{name}/status", body=body,
-                                             content_type=STRATEGIC_MERGE_PATCH)
-                except Exception as exc:
-                    if http_status(exc) != 404:  # released meanwhile: nothing left to make Ready
-                        raise
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # A lost timer leaves nodes NotReady forever; say so loudly rather than die silently.
-            log.exception("simulated: could not mark the nodes of unit %s Ready", unit_id)
-
-    # --- Kubernetes API -----------------------------------------------------------------------------
-
-    def _node_body(self, pool: NodePool, record: _Record, slot: int, unit: Unit, name: str) -> JSON:
-        quantities = {resource: format_quantity(resource, amount) for resource, amount in pool.allocatable.items()}
-        quantities.setdefault(PODS, str(DEFAULT_MAX_PODS))
-        labels = {**pool.labels, POOL_LABEL: pool.name, UNIT_LABEL: unit.unit_id, TOKEN_LABEL: record.token,
-                  HOSTNAME_LABEL: name}
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": labels,
-                "annotations": {SLOT_ANNOTATION: f"{slot}/{record.requested}",
-                                READY_AT_ANNOTATION: repr(record.ready_at[unit.unit_id])},
-            },
-            "spec": {
-                "providerID": f"{PROVIDER_ID_SCHEME}{pool.name}/{unit.unit_id}/{name}",
-                "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints],
-            },
-            "status": {
-                "capacity": dict(quantities),
-                "allocatable": dict(quantities),
-                "conditions": [_ready_condition(False, rfc3339(self._clock.now()))],
-            },
-        }
-
-    async def _delete_node(self, name: str) -> int:
-        """1 if the node was deleted, 0 if it was already gone."""
-        try:
-            await self._http.request("DELETE", f"{NODES_PATH}/{name}")
-        except Exception as exc:
-            if http_status(exc) == 404:
-                return 0
-            raise
-        return 1
-
-    async def _list_nodes(self, selector: str) -> list[JSON]:
-        items: list[JSON] = []
-        token: str | None = None
-        while True:
-            page = await self._http.request("GET", NODES_PATH, query={
-                "labelSelector": selector, "limit": _LIST_PAGE, "continue": token})
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or None
-            if token is None:
-                return items
 
     # --- helpers ------------------------------------------------------------------------------------
 
@@ -566,43 +461,6 @@ def _settings(pool: NodePool) -> _PoolSettings:
         raise ValueError(f"pool {pool.name}: simulated.provisionSeconds must be a non-negative number, "
                          f"got {provision!r}")
     return _PoolSettings(stock, float(provision))
-
-
-def _ready_condition(ready: bool, stamp: str) -> JSON:
-    return {
-        "type": "Ready",
-        "status": "True" if ready else "False",
-        "reason": "KubeletReady" if ready else "KubeletNotReady",
-        "message": "kubelet is posting ready status" if ready else "node is being provisioned (simulated)",
-        "lastHeartbeatTime": stamp,
-        "lastTransitionTime": stamp,
-    }
-
-
-def _is_ready(node: JSON) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def _slot(node: JSON) -> tuple[int, int]:
-    """``(index, count)`` from the slot annotation; a node without one sorts last and says nothing of the count."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(SLOT_ANNOTATION, "")
-    index, _, count = str(raw).partition("/")
-    try:
-        return int(index), int(count)
-    except ValueError:
-        return 1 << 30, 0
-
-
-def _unit_node_names(unit_id: str, nodes_per_unit: int, found: Iterable[str]) -> tuple[str, ...]:
-    """The unit's nodes: those that exist plus those its size says it should have."""
-    names = set(found) | {f"{unit_id}-{i}" for i in range(nodes_per_unit)}
-
-    def index(name: str) -> tuple[int, str]:
-        suffix = name.rpartition("-")[2]
-        return (int(suffix), name) if suffix.isdigit() else (1 << 30, name)
-
-    return tuple(sorted(names, key=index))
 
 
 def _is_label_value(value: str) -> bool:

@@ -9,14 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from gangscale.kube.client import make_http
-from gangscale.kube.transport import Resource
+from gangscale.kube.resources import NODES, PODTEMPLATES, PROVREQS
 
 JSON = dict[str, Any]
 
-NODES = Resource("", "v1", "nodes", namespaced=False)
 NODE_STATUS = "status"
-PODTEMPLATES = Resource("", "v1", "podtemplates")
-PROVREQS = Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests")
 
 
 def _node(name: str) -> JSON:

@@ -696,3 +696,28 @@ async def test_calls_require_start(http: KubeHTTP, clock: ManualClock) -> None:
     with pytest.raises(RuntimeError, match="start"):
         await obtain(provider, CPU, 1, "tok-1")
     await provider.aclose()
+
+
+
+@pytest.mark.parametrize("owner", ["the-same-unit", "somebody-else"])
+async def test_a_create_that_meets_an_existing_node_adopts_its_own_and_refuses_a_foreign_one(
+        make_provider: MakeProvider, http: KubeHTTP, owner: str) -> None:
+    """The create answers 409: the cloud looks the node up; if it carries this token and unit (an earlier
+    attempt made it) it is adopted, otherwise the name is taken and the obtain fails for good."""
+    first = await make_provider(seed=7)
+    got = await first.obtain("fast", 1, token="t-first", deadline=DEADLINE)
+    unit, taken = got.units[0].unit_id, got.units[0].nodes[0]
+    await first.release("fast", [unit], token="t-first")
+    # Without the pool label the restarted cloud's inventory does not list it: only the create meets it.
+    labels = {TOKEN_LABEL: "t-second", UNIT_LABEL: unit} if owner == "the-same-unit" else {}
+    await http.request("POST", b.NODES.path(), body=b.node(taken, labels=labels))
+    second = await make_provider(seed=7)
+    if owner == "the-same-unit":
+        again = await second.obtain("fast", 1, token="t-second", deadline=DEADLINE)
+        assert again.units[0].nodes == (taken,)
+        assert second.calls[-1].nodes_created == 0
+    else:
+        with pytest.raises(ProviderError) as raised:
+            await second.obtain("fast", 1, token="t-second", deadline=DEADLINE)
+        assert (raised.value.error_class, raised.value.code) == (ErrorClass.PERMANENT, "NODE_NAME_TAKEN")
+        assert taken in raised.value.message
