@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's two commands. Each one installs what it needs into .venv first.
-#   ./dev.sh demo   run the main job (for now: the embedded Kubernetes API server, with example objects)
+#   ./dev.sh demo   run the main job: `gangscale demo` (the TPU multislice scenario, simulated end to end)
 #   ./dev.sh test   run the whole test suite: lint, type checks, layering contract, tests
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -39,7 +39,7 @@ shift || true
 case "$cmd" in
   demo)
     ensure_venv runtime
-    exec .venv/bin/gangscale sim apiserver --example "$@"
+    exec .venv/bin/gangscale demo "$@"
     ;;
   test)
     ensure_venv dev

@@ -3,6 +3,9 @@
 Commands available now:
 
 - ``gangscale run --config POOLS [flags]``: the controller (``gangscale run --help`` documents every flag).
+- ``gangscale demo [--scenario NAME|FILE] [--baseline] [--speed N] [--json FILE] [--quiet] [--verbose]``: a
+  whole simulated cluster (Kueue, jobs, scheduler, cloud, the real controller) on simulated time; see
+  :mod:`gangscale.sim.demo`.
 - ``gangscale version``
 - ``gangscale pools FILE``: validate a node-pool file and show the pools it resolves to (exit 1 and every
   problem on stderr if it is invalid).
@@ -35,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
                                        "(machine catalog applied). Exits 1, listing every problem, if it is invalid.")
     pools.add_argument("file", help="the node-pool YAML file")
     _add_run(sub)
+    _add_demo(sub)
     sim = sub.add_parser("sim", help="the embedded simulated cluster")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     api = sim_sub.add_parser(
@@ -55,6 +59,26 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    # Declared here, not in gangscale.sim.demo, so that building the parser never imports the simulated cluster.
+    demo = sub.add_parser(
+        "demo", help="run a scenario end to end on the simulated cluster (Kueue, jobs, scheduler, gangscale)",
+        description="Run the embedded API server, the Kueue and job emulators, a scheduler, the simulated "
+                    "cloud and the real gangscale controller on simulated time, and print a timeline and a "
+                    "table per workload. Built-in scenarios: tpu-multislice (default), ray-priority, "
+                    "ray-autoscaling, stockout-fallback.")
+    demo.add_argument("--scenario", default="tpu-multislice",
+                      help="a built-in scenario name or a scenario YAML file (default tpu-multislice)")
+    demo.add_argument("--baseline", action="store_true",
+                      help="also run the scenario with a classic per-pod autoscaler and compare the two")
+    demo.add_argument("--speed", type=float, default=None,
+                      help="pace the run at N simulated seconds per real second (default: as fast as possible)")
+    demo.add_argument("--json", dest="json_path", default=None,
+                      help="also write the timelines, tables and totals as JSON to this file")
+    demo.add_argument("--quiet", action="store_true", help="print only the tables, not the timelines")
+    demo.add_argument("--verbose", action="store_true", help="show the controller's logs (INFO) on stderr")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "version":
@@ -64,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _show_pools(args.file)
     if args.command == "run":
         return _run(args)
+    if args.command == "demo":
+        from gangscale.sim.demo import run as run_demo
+
+        return run_demo(args)
     if args.command == "sim" and args.sim_command == "apiserver":
         return asyncio.run(_run_apiserver(args))
     return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 from typing import Any
 
 from gangscale.clock import rfc3339
@@ -56,6 +57,9 @@ class EventRecorder:
         self.component = component
         self.host = host
         self._seq = itertools.count()
+        # Several recorders (replicas, other controllers) may name events about one object in the same
+        # millisecond; a per-recorder salt keeps their names apart.
+        self._salt = secrets.token_hex(3)
         self.sent = 0
 
     async def record(self, obj: JSON, event_type: str, reason: str, message: str, now: float) -> None:
@@ -64,7 +68,7 @@ class EventRecorder:
         stamp = rfc3339(now)
         body: JSON = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta.get('name', 'object')}.{int(now * 1000):x}{next(self._seq):04x}",
+            "metadata": {"name": f"{meta.get('name', 'object')}.{int(now * 1000):x}{self._salt}{next(self._seq):04x}",
                          "namespace": namespace},
             "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                                "name": meta.get("name"), "namespace": meta.get("namespace"),

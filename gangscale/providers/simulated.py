@@ -39,7 +39,7 @@ import logging
 import random
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gangscale.clock import Clock, parse_rfc3339
@@ -148,6 +148,17 @@ class SimulatedProvider:
         """Units the pool can still hand out (None: unlimited)."""
         stock = self._settings[self._pool(pool).name].stock
         return None if stock is None else max(0, stock - self._in_use(pool))
+
+    def set_stock(self, pool: str, stock: int | None) -> None:
+        """Change how many units the pool holds in all (None: unlimited), as a cloud's capacity changes over
+        time. Units already handed out keep counting against the new figure."""
+        name = self._pool(pool).name
+        self._settings[name] = replace(self._settings[name], stock=stock)
+
+    def set_provision_seconds(self, pool: str, seconds: float) -> None:
+        """Change the delay of nodes created from now on (nodes already coming up keep theirs)."""
+        name = self._pool(pool).name
+        self._settings[name] = replace(self._settings[name], provision_seconds=seconds)
 
     def in_use(self, pool: str) -> int:
         return self._in_use(self._pool(pool).name)

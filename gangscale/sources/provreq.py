@@ -131,7 +131,9 @@ def build_gang(pr: ProvReq, template: Callable[[str], JSON | None], *, priority:
             demand = pod_demand(found.get("template") or {}, "template")
         except SpecError as exc:
             raise PodSetError(f"invalid pod template {name} (spec.podSets[{i}]): {exc}") from exc
-        pod_sets.append(PodSet(f"{i}-{name}", count, demand))
+        # The template's name is what a user recognises in messages; two podSets sharing a template are told
+        # apart by their index.
+        pod_sets.append(PodSet(name if names.count(name) == 1 else f"{name}[{i}]", count, demand))
     return Gang(pr.key, tuple(pod_sets), priority=priority, created=pr.created,
                 spread_zones=pr.flag(SPREAD_ZONES), may_scale=may_scale)
 

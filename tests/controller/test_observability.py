@@ -6,6 +6,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.conftest import wait_for
 from tests.controller.harness import running_cluster
 
 TPU = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice", "cloud.google.com/gke-tpu-topology": "2x4"}
@@ -24,6 +25,11 @@ async def test_a_scale_up_after_a_stockout_shows_in_every_series(tmp_path: Path)
         await cl.template("slice", limits={"google.com/tpu": "4"}, selector=TPU)
         await cl.provreq("ms", ("slice", 2))
         await cl.wait_condition("ms", "Provisioned", "False", "ScaleUpInProgress")
+
+        async def fallback_nodes_exist() -> bool:  # the clock may move only once their Ready timers are armed
+            return len(await cl.nodes("tpu-b")) == 2
+
+        await wait_for(fallback_nodes_exist)
         await cl.advance(30)
         await cl.wait_condition("ms", "Provisioned", "True", "CapacityIsProvisioned")
         await cl.advance(1)

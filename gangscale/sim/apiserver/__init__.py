@@ -8,14 +8,15 @@ What it reproduces of a real kube-apiserver (v1.36), module by module:
 
 - ``resources`` / ``builtin``: core v1 pods, nodes, podtemplates, events, namespaces;
   events.k8s.io/v1 events (same storage as core events, converted field by field);
-  coordination.k8s.io/v1 leases; apiextensions.k8s.io/v1 customresourcedefinitions; and, installed as
-  CRDs at start, autoscaling.x-k8s.io v1/v1beta1 provisioningrequests, kueue.x-k8s.io v1beta2/v1beta1
-  workloads, admissionchecks, provisioningrequestconfigs, clusterqueues, localqueues, resourceflavors,
-  workloadpriorityclasses, ray.io/v1 rayclusters and rayjobs. Creating a CRD serves its resource at once;
-  deleting it removes the resource and all its objects.
+  coordination.k8s.io/v1 leases; batch/v1 jobs (status subresource, generated selector and labels);
+  apiextensions.k8s.io/v1 customresourcedefinitions; and, installed as CRDs at start,
+  autoscaling.x-k8s.io v1/v1beta1 provisioningrequests, kueue.x-k8s.io v1beta2/v1beta1 workloads,
+  admissionchecks, provisioningrequestconfigs, clusterqueues, localqueues, resourceflavors,
+  workloadpriorityclasses, ray.io/v1 rayclusters and rayjobs, jobset.x-k8s.io/v1alpha2 jobsets. Creating a
+  CRD serves its resource at once; deleting it removes the resource and all its objects.
 - ``discovery``: ``/version``, legacy discovery documents, OpenAPI v3 (paths + CRD schemas).
 - ``api`` / ``strategies``: uid, one global monotonic resourceVersion, creationTimestamp, generateName,
-  generation (custom resources, CRDs, pods) bumped only by spec changes; create 201, get, list (with the
+  generation (custom resources, CRDs, pods, jobs) bumped only by spec changes; create 201, get, list (with the
   list resourceVersion, limit/continue), update with resourceVersion precondition (409), merge / JSON /
   strategic merge patch (strategic only for built-in kinds, 415 for custom resources, as upstream),
   server-side apply with managedFields and conflicts, delete with finalizers and deletionTimestamp,
@@ -42,6 +43,9 @@ What it does NOT reproduce (known gaps):
   current one starts at once instead of waiting for the cache to catch up.
 - Graceful pod deletion: there is no kubelet, so a pod is removed at once (as with
   ``--grace-period=0``); the pod ``eviction`` and ``ephemeralcontainers`` subresources are not served.
+- Jobs: no Job controller runs here (``gangscale.sim.jobs`` emulates it as a separate component); deleting
+  a Job without ``propagationPolicy`` propagates in the background instead of batch/v1's ``orphan``
+  default.
 - Conversion webhooks: every multi-version custom resource converts as ``strategy: None`` (only
   ``apiVersion`` changes), which is exact for ProvisioningRequest v1/v1beta1 but not for Kueue
   v1beta1/v1beta2, whose field names differ upstream.

@@ -7,8 +7,8 @@ Custom resources convert between versions the way a CRD with ``conversion.strate
 by field, as the real registry does.
 
 Custom resources are served from ``apiextensions.k8s.io/v1`` CustomResourceDefinition objects: the
-built-in ones (ProvisioningRequest, Kueue, Ray) are CRD objects created at start-up, so ``kubectl get crd``
-lists them, and applying another CRD serves a new resource.
+built-in ones (ProvisioningRequest, Kueue, Ray, JobSet) are CRD objects created at start-up, so
+``kubectl get crd`` lists them, and applying another CRD serves a new resource.
 """
 
 from __future__ import annotations
@@ -88,6 +88,10 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
           has_generation=True, returns_deleted_object=True),
     _core("PodTemplate", "podtemplates", True),
     _core("Event", "events", True, short_names=("ev",)),
+    # batch/v1 Jobs have no short name upstream (``kubectl get job`` resolves through the singular name).
+    ResourceType(group="batch", version="v1", kind="Job", plural="jobs", singular="job", namespaced=True,
+                 status_subresource=True, categories=("all",), storage_version="v1", has_generation=True,
+                 shape=builtin_shape("Job")),
     ResourceType(group="events.k8s.io", version="v1", kind="Event", plural="events", singular="event",
                  namespaced=True, short_names=("ev",), storage_version="v1", shape=builtin_shape("Event")),
     ResourceType(group="coordination.k8s.io", version="v1", kind="Lease", plural="leases", singular="lease",

@@ -13,15 +13,18 @@ ProvisioningRequest (v1 storage, v1beta1 deprecated; identical schemas) carries 
 three spec fields (upstream puts them there, not on ``spec``); ``status.conditions`` as metav1.Condition,
 list-type map keyed by ``type``; ``provisioningClassDetails`` (<= 64 entries, values <= 32768).
 
-Kueue (v1beta2 storage, v1beta1 deprecated) and Ray (v1 storage, v1alpha1 deprecated) are lightweight:
+Kueue (v1beta2 storage, v1beta1 deprecated), Ray (v1 storage, v1alpha1 deprecated) and JobSet
+(``jobset.x-k8s.io/v1alpha2`` only, no short names or categories, as upstream) are lightweight:
 ``spec`` and ``status`` are ``x-kubernetes-preserve-unknown-fields`` objects that declare only
 - the list-type=map lists of ``status`` (and Workload ``spec.podSets``/``preemptionGates``), with their keys,
   key defaults and upstream ``required`` item fields, so server-side apply merges them like a real server;
 - metav1.Condition lists with the full condition schema (the same as ProvisioningRequest's);
 - the ``self == oldSelf`` immutability rules of AdmissionCheck ``spec.controllerName``, LocalQueue
-  ``spec.clusterQueue``, Ray ``spec.managedBy`` and ``gcsFaultToleranceOptions.backend``;
+  ``spec.clusterQueue``, Ray ``spec.managedBy`` and ``gcsFaultToleranceOptions.backend``, JobSet
+  ``spec.failurePolicy``/``network``/``successPolicy``;
+- JobSet ``status.replicatedJobsStatus`` (map list by ``name``) and its scalar status fields;
 - WorkloadPriorityClass's top-level ``value`` (int32, required) and ``description`` (it has no spec).
-NOT carried for Kueue/Ray: every other field schema (types, enums, patterns, minimums, defaults), the
+NOT carried for Kueue/Ray/JobSet: every other field schema (types, enums, patterns, minimums, defaults), the
 other CEL rules (e.g. Workload's quota-reservation immutability, ClusterQueue cohort rules, ResourceFlavor
 topology rules, Ray ``managedBy`` allowed values), list-type markers nested in pod templates and in
 ClusterQueue/ProvisioningRequestConfig spec, and ``x-kubernetes-map-type: atomic`` markers.
@@ -257,6 +260,23 @@ def open_schema() -> Schema:
     return _root(spec=_open(), status=_open())
 
 
+# --- JobSet ---------------------------------------------------------------------------------------------
+
+def jobset_schema() -> Schema:
+    """JobSet v1alpha2: the spec fields upstream makes immutable by CEL, the status map lists."""
+    def immutable() -> Schema:
+        return _open() | _immutable("Value is immutable")
+
+    spec = _open({"failurePolicy": immutable(), "network": immutable(), "successPolicy": immutable(),
+                  "suspend": {"type": "boolean"}})
+    replicated_job_status = _map_list(["name"], _open(
+        {"name": _str(), **{k: _int() for k in ("active", "failed", "ready", "succeeded", "suspended")}},
+        ("active", "failed", "name", "ready", "succeeded", "suspended")))
+    status = _open({"conditions": _conditions(), "replicatedJobsStatus": replicated_job_status,
+                    "restarts": _int(), "restartsCountTowardsMax": _int(), "terminalState": _str()})
+    return _root(spec=spec, status=status)
+
+
 # --- the table ------------------------------------------------------------------------------------------
 
 def _cols(*specs: tuple[str, str, str]) -> tuple[Mapping[str, Any], ...]:
@@ -320,6 +340,21 @@ _RAY_JOB_COLUMNS = _cols(
     ("ray cluster name", "string", ".status.rayClusterName"), ("start time", "string", ".status.startTime"),
     ("end time", "string", ".status.endTime"), ("age", "date", ".metadata.creationTimestamp"))
 
+_JOBSET_COLUMNS = (
+    {"name": "TerminalState", "type": "string", "jsonPath": ".status.terminalState",
+     "description": "Final state of JobSet"},
+    {"name": "Restarts", "type": "string", "jsonPath": ".status.restarts", "description": "Number of restarts"},
+    {"name": "Completed", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Completed")].status'},
+    {"name": "Suspended", "type": "string", "jsonPath": ".spec.suspend", "description": "JobSet suspended"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp",
+     "description": "Time this JobSet was created"},
+)
+
+JOBSET = CustomResourceSpec(
+    group="jobset.x-k8s.io", kind="JobSet", plural="jobsets", singular="jobset", namespaced=True,
+    versions=(CustomResourceVersion("v1alpha2", jobset_schema(), storage=True, printer_columns=_JOBSET_COLUMNS),),
+)
+
 PROVISIONING_REQUEST = CustomResourceSpec(
     group="autoscaling.x-k8s.io", kind="ProvisioningRequest", plural="provisioningrequests",
     singular="provisioningrequest", namespaced=True, short_names=("provreq", "provreqs"),
@@ -350,4 +385,5 @@ BUILTIN_CUSTOM_RESOURCES: list[CustomResourceSpec] = [
            workload_priority_class_schema, status=False, columns=_cols(("Value", "integer", ".value"))),
     _ray("RayCluster", "rayclusters", ray_cluster_schema(), _RAY_CLUSTER_COLUMNS),
     _ray("RayJob", "rayjobs", ray_job_schema(), _RAY_JOB_COLUMNS),
+    JOBSET,
 ]

@@ -72,6 +72,9 @@ class EmbeddedAPIServer:
         self.api = ObjectAPI(self.store, self.registry, self.clock, rng=random.Random(seed))
         self.faults = Faults()
         self.requests: list[LoggedRequest] = []
+        #: Requests being served now, watches excluded (they stay open): the simulation driver waits for
+        #: zero, with the request log and the revision unchanged, before it moves simulated time on.
+        self.busy = 0
         self.bookmark_interval = bookmark_interval
         self.controllers = ControllerManager(self.api)
         install_builtins(self.api)
@@ -138,12 +141,15 @@ class EmbeddedAPIServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         log_entry: dict[str, Any] = {}
+        counted = request.query.get("watch") not in ("true", "1")
+        self.busy += counted
         try:
             return await self._dispatch(request, log_entry)
         except StatusError as err:
             log_entry["status"] = err.code
             return _status_response(err)
         finally:
+            self.busy -= counted
             self._log(request, log_entry)
 
     def _log(self, request: web.Request, entry: dict[str, Any]) -> None:

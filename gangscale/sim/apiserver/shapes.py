@@ -20,8 +20,9 @@ Not reproduced:
 * Builtin kinds are described by tables of the paths that matter, not full schemas: a field missing
   from a table is a granular struct field and its lists are atomic/replace, and unknown fields are
   accepted instead of failing with ``field not declared in schema``.
-* Only Pod, PodTemplate, Node, Namespace, Event (core and events.k8s.io), Lease and ObjectMeta carry
-  type-specific facts; any other kind gets ObjectMeta facts only.
+* Only Pod, PodTemplate, Job (batch/v1: its pod template and status conditions), Node, Namespace, Event
+  (core and events.k8s.io), Lease and ObjectMeta carry type-specific facts; any other kind gets ObjectMeta
+  facts only.
 * CRD schemas: ``x-kubernetes-embedded-resource`` objects do not get ObjectMeta facts for their own
   ``metadata``; ``allOf``/``anyOf``/``oneOf`` branches are ignored.
 """
@@ -219,6 +220,21 @@ _KINDS: dict[str, _Table] = {
         smp={("status", "conditions"): (_MERGE, "type")},
         zero={(): {"spec": {}, "status": {}},
               ("status", "conditions"): {"type": "", "status": "", "lastTransitionTime": None}},
+    ),
+    "Job": _join(
+        _mount(("spec", "template", "spec"), _POD_SPEC),
+        _mount(("spec", "template", "metadata"), OBJECT_META),
+        _mount(("spec", "template", "metadata"), _TEMPLATE_META_ZERO),
+        _t(
+            # JobStatus.conditions is atomic for SSA but merges by type in strategic merge patch.
+            lists={("status", "conditions"): ATOMIC, ("spec", "selector", "matchExpressions"): ATOMIC,
+                   ("spec", "podFailurePolicy", "rules"): ATOMIC, ("spec", "successPolicy", "rules"): ATOMIC},
+            smp={("status", "conditions"): (_MERGE, "type")},
+            granular_maps=(("spec", "selector", "matchLabels"),),
+            zero={(): {"spec": {}, "status": {}}, ("spec",): {"template": {"metadata": {}, "spec": {}}},
+                  ("status", "conditions"): {"type": "", "status": "", "lastProbeTime": None,
+                                             "lastTransitionTime": None}},
+        ),
     ),
     "Lease": _t(zero={(): {"spec": {}}}),
     "Event": _t(

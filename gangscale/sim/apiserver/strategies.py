@@ -10,6 +10,14 @@ What is reproduced, and from where upstream:
   activeDeadlineSeconds, tolerations additions and schedulingGates removal; ``spec.nodeName`` only through
   the ``binding`` subresource.
 - PodTemplates: the same pod spec defaults on ``template.spec``.
+- Jobs (``pkg/apis/batch/v1/defaults.go``, ``pkg/registry/batch/job/strategy.go``): ``parallelism`` 1 (and
+  ``completions`` 1 when neither is set), ``backoffLimit`` 6, ``completionMode: NonIndexed``,
+  ``suspend: false``, ``podReplacementPolicy: TerminatingOrFailed`` (``Failed`` with a
+  ``podFailurePolicy``), the pod spec defaults on ``spec.template.spec``; unless ``manualSelector`` is true,
+  the generated selector ``batch.kubernetes.io/controller-uid: <uid>`` and the template labels
+  ``batch.kubernetes.io/controller-uid``, ``batch.kubernetes.io/job-name``, ``controller-uid`` and
+  ``job-name``; ``status: {}`` on create; a template ``restartPolicy`` other than ``OnFailure`` or ``Never``
+  (including the defaulted ``Always``) is rejected with 422, as upstream.
 - Nodes (``TaintNodesByCondition`` admission): every new Node gets ``node.kubernetes.io/not-ready:NoSchedule``;
   status may be set on create (nodes allow it, kubelets rely on it).
 - Namespaces: ``spec.finalizers: [kubernetes]``, ``status.phase: Active``, label
@@ -21,7 +29,10 @@ What is reproduced, and from where upstream:
 
 Not reproduced: the ServiceAccount admission plugin (no ``serviceAccountName`` default, no token
 volume), LimitRanger and ResourceQuota, pod security admission, node restriction, PriorityClass lookup
-(``priorityClassName`` is kept but ``priority`` stays 0 unless set).
+(``priorityClassName`` is kept but ``priority`` stays 0 unless set). Jobs: the rest of Job validation
+(selector/template label match, immutable ``selector``/``completionMode``, the template being immutable
+except for the scheduling directives of a suspended, never-started Job) and ``batch/v1``'s default
+``orphan`` propagation on delete (send ``propagationPolicy`` explicitly, as kubectl does).
 """
 
 from __future__ import annotations
@@ -112,6 +123,8 @@ def prepare_create(rt: ResourceType, obj: JSON) -> None:
     elif kind == "PodTemplate":
         tmpl_spec = obj.setdefault("template", {}).setdefault("spec", {})
         default_pod_spec(tmpl_spec)
+    elif kind == "Job":
+        _prepare_job(obj)
     elif kind == "Node":
         taints = obj.setdefault("spec", {}).setdefault("taints", [])
         if not any(t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoSchedule" for t in taints):
@@ -125,6 +138,40 @@ def prepare_create(rt: ResourceType, obj: JSON) -> None:
         _establish_crd(obj)
     if rt.has_generation:
         obj["metadata"]["generation"] = 1
+
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+LEGACY_JOB_NAME_LABEL = "job-name"
+LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
+_JOB_RESTART_POLICIES = ("OnFailure", "Never")
+
+
+def _prepare_job(job: JSON) -> None:
+    meta = job["metadata"]
+    spec = job.setdefault("spec", {})
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("backoffLimit", 2147483647 if spec.get("backoffLimitPerIndex") is not None else 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
+    template = spec.setdefault("template", {})
+    default_pod_spec(template.setdefault("spec", {}))
+    if not spec.get("manualSelector"):
+        uid, name = meta["uid"], meta.get("name", "")
+        spec["selector"] = {"matchLabels": {CONTROLLER_UID_LABEL: uid}}
+        labels = template.setdefault("metadata", {}).setdefault("labels", {})
+        labels.update({CONTROLLER_UID_LABEL: uid, JOB_NAME_LABEL: name,
+                       LEGACY_CONTROLLER_UID_LABEL: uid, LEGACY_JOB_NAME_LABEL: name})
+    job["status"] = {}
+    policy = template["spec"].get("restartPolicy")
+    if policy not in _JOB_RESTART_POLICIES:
+        raise invalid("Job", "batch", meta.get("name", ""), [Cause(
+            "FieldValueNotSupported",
+            f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"',
+            "spec.template.spec.restartPolicy")])
 
 
 def _establish_crd(crd: JSON) -> None:

@@ -1,0 +1,235 @@
+"""The loop that runs a whole simulated cluster on simulated time.
+
+:class:`SimCluster` holds the embedded API server, one :class:`~gangscale.clock.ManualClock`, the simulated
+cloud, the autoscaler under test (the real gangscale :class:`~gangscale.controller.loop.Controller`, or the
+baseline per-pod autoscaler, or none) and the emulators (:mod:`gangscale.sim.world` components). Everything
+talks to the API server over real HTTP with the production client.
+
+How time moves (:meth:`SimCluster.run_until`): at each instant the driver *settles* — it calls every
+component in turn, waits until the controller and the cloud are quiet (no API request being served, the
+request log and the store's revision unchanged for a few polls), and repeats until a whole round changed
+nothing. Only then does it move the clock to the next thing due: a scheduled scenario action, a component's
+``next_wake()``, or a timer of the controller or the cloud (``ManualClock.next_deadline``). So a reaction
+always happens at the simulated instant it was due, however long it takes in real time; ``speed`` optionally
+paces simulated time against the wall clock for watching a run live.
+
+Quietness is observed from outside (the controller is not instrumented for the simulation). The poll is a
+hang guard measured in milliseconds of real time: a controller that stayed silent for several polls while a
+watch event was on its way would be caught on the next round, one simulated instant later at worst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gangscale.clock import ManualClock
+from gangscale.controller.loop import Controller
+from gangscale.controller.settings import Settings
+from gangscale.kube.client import make_http
+from gangscale.kube.transport import KubeHTTP
+from gangscale.model.nodepool import NodePool
+from gangscale.observe.metrics import Metrics
+from gangscale.providers.simulated import SimulatedProvider
+from gangscale.sim.apiserver import EmbeddedAPIServer
+from gangscale.sim.world import Component, Timeline
+
+log = logging.getLogger(__name__)
+
+Action = Callable[[float], Awaitable[None]]
+
+#: Polls of the API server (each a short real-time sleep) that must see nothing new before it counts as quiet.
+QUIET_POLLS = 3
+POLL_SECONDS = 0.002
+#: Rounds at one instant before the driver gives up waiting for a fixed point (a guard against a component
+#: that writes on every call; it is logged, and time moves on).
+MAX_ROUNDS = 60
+
+
+@dataclass(order=True)
+class _Scheduled:
+    at: float
+    seq: int
+    what: str = field(compare=False)
+    action: Action = field(compare=False)
+
+
+@dataclass
+class SimCluster:
+    server: EmbeddedAPIServer
+    clock: ManualClock
+    http: KubeHTTP
+    kubeconfig: Path
+    pools: tuple[NodePool, ...]
+    timeline: Timeline
+    provider: SimulatedProvider | None = None
+    controller: Controller | None = None
+    components: list[Component] = field(default_factory=list)
+    _clients: list[KubeHTTP] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _queue: list[_Scheduled] = field(default_factory=list)
+    _seq: itertools.count[int] = field(default_factory=itertools.count)
+    #: Rounds that hit MAX_ROUNDS (a component that never settles); the demo reports it.
+    unsettled: int = 0
+
+    @property
+    def now(self) -> float:
+        return self.clock.now()
+
+    # --- parts -----------------------------------------------------------------------------------------
+
+    async def client(self, user_agent: str) -> KubeHTTP:
+        """A client of its own for one part, named in the request log as in production."""
+        http = await make_http(str(self.kubeconfig), user_agent=user_agent)
+        self._clients.append(http)
+        return http
+
+    async def start_provider(self, seed: int = 0) -> SimulatedProvider:
+        self.provider = SimulatedProvider(await self.client("gangscale-simulated-cloud"), self.pools, self.clock,
+                                          seed=seed)
+        await self.provider.start()
+        return self.provider
+
+    async def start_controller(self, settings: Settings) -> Controller:
+        """The real controller, with the production client, on the simulated clock and cloud."""
+        provider = self.provider or await self.start_provider()
+        self.controller = Controller(await self.client("gangscale"), provider, self.pools, settings=settings,
+                                     clock=self.clock, metrics=Metrics(dry_run=settings.dry_run))
+        task = asyncio.create_task(self.controller.run(), name="gangscale controller (simulated)")
+        self._tasks.append(task)
+        while not self.controller.ready:
+            if task.done():
+                task.result()  # raises what stopped it
+                raise RuntimeError("the controller stopped before it was ready")
+            await asyncio.sleep(POLL_SECONDS)
+        return self.controller
+
+    def add(self, component: Component) -> None:
+        self.components.append(component)
+
+    def schedule(self, at: float, what: str, action: Action) -> None:
+        """Run ``action(now)`` when simulated time reaches ``at`` (before the components' round at that instant)."""
+        heapq.heappush(self._queue, _Scheduled(at, next(self._seq), what, action))
+
+    # --- time ------------------------------------------------------------------------------------------
+
+    def next_due(self) -> float | None:
+        """The earliest simulated time anything is due, or None when nothing is."""
+        times = [c for c in (comp.next_wake() for comp in self.components) if c is not None]
+        if self._queue:
+            times.append(self._queue[0].at)
+        deadline = self.clock.next_deadline
+        if deadline is not None:
+            times.append(deadline)
+        return min(times) if times else None
+
+    async def run_until(self, end: float, *, done: Callable[[], bool] | None = None,
+                        speed: float | None = None) -> None:
+        """Run the cluster until simulated time ``end`` (or earlier, once ``done()`` holds after settling).
+
+        ``speed`` > 0 paces the run: one simulated second takes 1/speed seconds of real time.
+        """
+        await self.settle()
+        while not (done and done()):
+            due = self.next_due()
+            if due is None or due > end:
+                break
+            await self._pace(due, speed)
+            await self.clock.set(max(due, self.now))
+            await self.settle()
+        if self.now < end and not (done and done()):
+            await self.clock.set(end)
+            await self.settle()
+
+    async def _pace(self, due: float, speed: float | None) -> None:
+        if speed and speed > 0 and due > self.now:
+            await asyncio.sleep((due - self.now) / speed)
+
+    async def settle(self) -> None:
+        """Run due actions and component rounds until a round changes nothing and the cluster is quiet."""
+        for _ in range(MAX_ROUNDS):
+            changed = await self._run_due_actions()
+            mark = self._mark()
+            for component in self.components:
+                try:
+                    changed = await component.sync(self.now) or changed
+                except Exception:
+                    # An emulator bug must not stop the simulation silently: log it, count it as a change so the
+                    # round repeats, and let MAX_ROUNDS bound a component that keeps failing.
+                    log.exception("component %s failed at %.0f", component.name, self.now)
+                    changed = True
+            await self._quiet()
+            self._raise_if_stopped()
+            if not changed and self._mark() == mark:
+                return
+        self.unsettled += 1
+        log.warning("no fixed point after %d rounds at t=%.0f; moving on", MAX_ROUNDS, self.now)
+
+    async def _run_due_actions(self) -> bool:
+        ran = False
+        while self._queue and self._queue[0].at <= self.now:
+            item = heapq.heappop(self._queue)
+            await item.action(self.now)
+            ran = True
+        return ran
+
+    def _mark(self) -> int:
+        # Reads are harmless; a revision bump means somebody (the controller, the cloud) wrote.
+        return self.server.store.resource_version
+
+    async def _quiet(self) -> None:
+        calm, last = 0, (-1, -1)
+        for _ in range(5_000):  # a hang guard (≈10 s of real time), not a timer
+            await asyncio.sleep(POLL_SECONDS)
+            now = (self.server.store.resource_version, len(self.server.requests))
+            calm = calm + 1 if now == last and self.server.busy == 0 else 0
+            last = now
+            if calm >= QUIET_POLLS:
+                return
+
+    def _raise_if_stopped(self) -> None:
+        for task in self._tasks:
+            if task.done() and not task.cancelled():
+                task.result()
+                raise RuntimeError(f"{task.get_name()} stopped")
+
+    # --- teardown ----------------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.provider is not None:
+            await self.provider.aclose()
+        for http in self._clients:
+            await http.api_client.close()
+        self._clients.clear()
+
+
+@contextlib.asynccontextmanager
+async def sim_cluster(workdir: Path, pools: Sequence[NodePool], *, seed: int = 1) -> AsyncIterator[SimCluster]:
+    """An embedded API server on a fresh :class:`ManualClock`, with a client for the scenario itself.
+
+    Nothing else runs until the caller starts it (:meth:`SimCluster.start_provider`,
+    :meth:`SimCluster.start_controller`, :meth:`SimCluster.add`)."""
+    clock = ManualClock()
+    server = EmbeddedAPIServer(clock=clock.datetime, bookmark_interval=1.0, seed=seed)
+    await server.start()
+    kubeconfig = server.write_kubeconfig(workdir / "kubeconfig")
+    http = await make_http(str(kubeconfig), user_agent="gangscale-sim")
+    cluster = SimCluster(server, clock, http, kubeconfig, tuple(pools), Timeline(clock.now()))
+    try:
+        yield cluster
+    finally:
+        await cluster.aclose()
+        await http.api_client.close()
+        await server.stop()

@@ -1,0 +1,405 @@
+"""kube-scheduler's default filters and the simulated scheduler's scoring, as pure functions.
+
+This is the simulated cluster's oracle: the scheduler that decides whether the capacity gangscale obtained
+really takes the pods. It is written from kube-scheduler's documented semantics and deliberately shares no
+code with :mod:`gangscale.planner` or :mod:`gangscale.model.scheduling` (only quantity parsing), so that a
+planner mistake shows up as a pod that does not schedule.
+
+Filters, in the default profile's order, each giving kube-scheduler's reason text:
+
+- **NodeUnschedulable**: ``spec.unschedulable`` unless the pod tolerates
+  ``node.kubernetes.io/unschedulable:NoSchedule``.
+- **TaintToleration**: the first ``NoSchedule``/``NoExecute`` taint no toleration matches (operator
+  ``Equal``, the default, or ``Exists``; an empty key matches every key; an empty effect every effect).
+- **Ready**: the node's ``Ready`` condition must be ``True``. Not a kube-scheduler filter (a real cluster
+  relies on the ``node.kubernetes.io/not-ready`` taint, which the embedded API server also adds and which
+  is reported first); kept as a safety net for nodes created without that taint.
+- **NodeAffinity**: ``nodeSelector`` (exact matches) and required ``nodeAffinity.nodeSelectorTerms``
+  (terms ORed, an empty term matches nothing, expressions and fields ANDed; ``In``, ``NotIn``, ``Exists``,
+  ``DoesNotExist``, ``Gt``, ``Lt``; ``matchFields`` on ``metadata.name``).
+- **NodeResourcesFit**: the pod's effective requests against allocatable minus the requests of the pods
+  already on the node, and the ``pods`` count (every failing resource is a reason of its own).
+- **InterPodAffinity**, required anti-affinity with topology ``kubernetes.io/hostname`` only, both ways
+  (the pod's terms against the pods in the node's hostname domain, and those pods' terms against the pod).
+
+Effective requests follow ``resource.PodRequests``: regular containers summed, sidecars (init containers
+with ``restartPolicy: Always``) added to that sum, each regular init container needing its own request
+plus the sidecars started before it, the larger of the two taken; pod-level ``spec.resources`` replaces
+the aggregate for cpu, memory and hugepages; ``spec.overhead`` is added; a limit without a request counts
+as the request.
+
+Left out: NodePorts, volumes (VolumeBinding, VolumeZone, limits), PodTopologySpread, required *pod
+affinity* and anti-affinity on any other topology key (such terms are ignored, so such pods may land where
+a real scheduler would refuse them), dynamic resources, and the ``ExtendedResourceToleration`` admission
+plugin (:func:`pod_info` can add its tolerations, since the embedded API server does not).
+
+Scoring is the sim's stand-in for a real cluster, where kube-scheduler knows nothing of bookings: a pod
+that consumes a ProvisioningRequest prefers nodes created for it (their ``gangscale.io/token`` label is one
+of the PR's scale-up tokens); every pod avoids nodes booked for another PR that is ``Provisioned`` and not
+yet ``BookingExpired``; then the node left with the fewest free accelerators (bin packing); then the name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gangscale.clock import parse_rfc3339
+from gangscale.model.quantity import QuantityError, canonical, is_extended
+
+JSON = dict[str, Any]
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+TOKEN_LABEL = "gangscale.io/token"
+CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+POD_LEVEL = ("cpu", "memory")
+
+NO_NODES = "no nodes available to schedule pods"
+UNSCHEDULABLE = "node(s) were unschedulable"
+NOT_READY = "node(s) were not ready"
+NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+TOO_MANY_PODS = "Too many pods"
+ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+
+def untolerated_taint(key: str, value: str) -> str:
+    return f"node(s) had untolerated taint {{{key}: {value}}}"
+
+
+def insufficient(resource: str) -> str:
+    return f"Insufficient {resource}"
+
+
+# --- what a pod and a node are, to the filters ------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class AntiTerm:
+    """A required anti-affinity term (hostname topology): which pods, in which namespaces, it keeps away."""
+
+    selector: JSON | None  # None selects no pod; {} every pod
+    namespaces: frozenset[str]
+    namespace_selector: JSON | None
+
+    def selects(self, other: PodInfo, namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+        in_namespace = other.namespace in self.namespaces or (
+            self.namespace_selector is not None
+            and selector_matches(self.namespace_selector, namespace_labels.get(other.namespace, {})))
+        return in_namespace and self.selector is not None and selector_matches(self.selector, other.labels)
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    priority: int
+    created: float
+    #: Effective requests without ``pods`` (every pod takes one).
+    requests: Mapping[str, int]
+    node_selector: Mapping[str, str]
+    #: Required ``nodeSelectorTerms``; None when the pod has no required node affinity.
+    node_terms: tuple[JSON, ...] | None
+    tolerations: tuple[JSON, ...]
+    anti_affinity: tuple[AntiTerm, ...]
+    #: The ProvisioningRequest the pod consumes (annotation), if any.
+    consumes: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[JSON, ...]
+    unschedulable: bool
+    ready: bool
+    allocatable: Mapping[str, int]
+
+    @property
+    def token(self) -> str | None:
+        return self.labels.get(TOKEN_LABEL)
+
+
+def _map(raw: object) -> Mapping[str, Any]:
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def _list(raw: object) -> list[Any]:
+    return list(raw) if isinstance(raw, list) else []
+
+
+def resource_map(raw: object) -> dict[str, int]:
+    return {str(name): canonical(str(name), value) for name, value in _map(raw).items()}
+
+
+def container_requests(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = _map(container.get("resources"))
+    return {**resource_map(resources.get("limits")), **resource_map(resources.get("requests"))}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, amount in more.items():
+        into[name] = into.get(name, 0) + amount
+
+
+def _peak(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for name, amount in more.items():
+        into[name] = max(into.get(name, 0), amount)
+
+
+def effective_requests(spec: Mapping[str, Any]) -> dict[str, int]:
+    """What the scheduler reserves for a pod (see the module docstring); raises QuantityError if malformed."""
+    total: dict[str, int] = {}
+    for container in _list(spec.get("containers")):
+        _add(total, container_requests(_map(container)))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for raw in _list(spec.get("initContainers")):
+        own = container_requests(_map(raw))
+        if _map(raw).get("restartPolicy") == "Always":
+            _add(total, own)
+            _add(sidecars, own)
+            _peak(init_peak, sidecars)
+        else:
+            need = dict(own)
+            _add(need, sidecars)
+            _peak(init_peak, need)
+    _peak(total, init_peak)
+    if spec.get("resources"):
+        for name, amount in container_requests(spec).items():
+            if name in POD_LEVEL or name.startswith("hugepages-"):
+                total[name] = amount
+    _add(total, resource_map(spec.get("overhead")))
+    return {name: amount for name, amount in total.items() if amount and name != "pods"}
+
+
+def _anti_terms(spec: Mapping[str, Any], namespace: str, labels: Mapping[str, str]) -> tuple[AntiTerm, ...]:
+    anti = _map(_map(spec.get("affinity")).get("podAntiAffinity"))
+    terms = []
+    for raw in _list(anti.get("requiredDuringSchedulingIgnoredDuringExecution")):
+        term = _map(raw)
+        if term.get("topologyKey") != HOSTNAME_LABEL:
+            continue  # other topology keys are not emulated (module docstring)
+        selector = term.get("labelSelector")
+        if isinstance(selector, Mapping):
+            selector = _with_label_keys(dict(selector), term, labels)
+        namespaces = frozenset(str(n) for n in _list(term.get("namespaces")))
+        ns_selector = term.get("namespaceSelector")
+        if not namespaces and ns_selector is None:
+            namespaces = frozenset({namespace})
+        terms.append(AntiTerm(selector if isinstance(selector, dict) else None, namespaces,
+                              dict(ns_selector) if isinstance(ns_selector, Mapping) else None))
+    return tuple(terms)
+
+
+def _with_label_keys(selector: JSON, term: Mapping[str, Any], labels: Mapping[str, str]) -> JSON:
+    """``matchLabelKeys`` / ``mismatchLabelKeys``: the pod's own label values joined to the selector."""
+    extra = [{"key": k, "operator": op, "values": [labels[k]]}
+             for field, op in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn"))
+             for k in map(str, _list(term.get(field))) if k in labels]
+    if extra:
+        selector["matchExpressions"] = _list(selector.get("matchExpressions")) + extra
+    return selector
+
+
+def pod_info(pod: JSON, *, extended_resource_toleration: bool = False) -> PodInfo:
+    """The filters' view of a pod; raises ValueError (QuantityError) for requests that do not parse.
+
+    ``extended_resource_toleration`` adds what that admission plugin would have added at creation: an
+    ``Exists``/``NoSchedule`` toleration for every extended resource the pod requests.
+    """
+    meta, spec = _map(pod.get("metadata")), _map(pod.get("spec"))
+    namespace = str(meta.get("namespace") or "")
+    labels = {str(k): str(v) for k, v in _map(meta.get("labels")).items()}
+    requests = effective_requests(spec)
+    tolerations = [dict(t) for t in _list(spec.get("tolerations")) if isinstance(t, Mapping)]
+    if extended_resource_toleration:
+        tolerations += [{"key": name, "operator": "Exists", "effect": "NoSchedule"}
+                        for name in sorted(requests) if is_extended(name)]
+    required = _map(_map(_map(spec.get("affinity")).get("nodeAffinity"))
+                    .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    terms = required.get("nodeSelectorTerms") if required else None
+    consumes = _map(meta.get("annotations")).get(CONSUME_ANNOTATION)
+    priority = spec.get("priority")
+    return PodInfo(
+        namespace=namespace, name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""), labels=labels,
+        priority=priority if isinstance(priority, int) else 0,
+        created=parse_rfc3339(meta.get("creationTimestamp")) or 0.0,
+        requests=requests,
+        node_selector={str(k): str(v) for k, v in _map(spec.get("nodeSelector")).items()},
+        node_terms=None if terms is None else tuple(dict(_map(t)) for t in _list(terms)),
+        tolerations=tuple(tolerations),
+        anti_affinity=_anti_terms(spec, namespace, labels),
+        consumes=str(consumes) if consumes else None,
+    )
+
+
+def node_info(node: JSON) -> NodeInfo:
+    meta, spec, status = _map(node.get("metadata")), _map(node.get("spec")), _map(node.get("status"))
+    allocatable: dict[str, int] = {}
+    for name, value in _map(status.get("allocatable")).items():
+        with contextlib.suppress(QuantityError):  # one bad entry makes that resource absent, not the node
+            allocatable[str(name)] = canonical(str(name), value)
+    ready = any(_map(c).get("type") == "Ready" and _map(c).get("status") == "True"
+                for c in _list(status.get("conditions")))
+    return NodeInfo(str(meta.get("name") or ""), {str(k): str(v) for k, v in _map(meta.get("labels")).items()},
+                    tuple(dict(_map(t)) for t in _list(spec.get("taints"))), bool(spec.get("unschedulable")),
+                    ready, allocatable)
+
+
+# --- matching ---------------------------------------------------------------------------------------------
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    effect, key = toleration.get("effect") or "", toleration.get("key") or ""
+    if effect and effect != (taint.get("effect") or ""):
+        return False
+    if key and key != (taint.get("key") or ""):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def first_untolerated(taints: Iterable[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]]) -> JSON | None:
+    for taint in taints:
+        if taint.get("effect") in BLOCKING_EFFECTS and not any(tolerates(t, taint) for t in tolerations):
+            return dict(taint)
+    return None
+
+
+def requirement_matches(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """One node selector requirement (``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``)."""
+    key, operator = str(requirement.get("key") or ""), requirement.get("operator")
+    values = [str(v) for v in _list(requirement.get("values"))]
+    present = key in labels
+    if operator == "In":
+        return present and labels[key] in values
+    if operator == "NotIn":
+        return not present or labels[key] not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt") and present and len(values) == 1:
+        try:
+            have, bound = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def term_matches(term: Mapping[str, Any], labels: Mapping[str, str], node_name: str) -> bool:
+    expressions, fields = _list(term.get("matchExpressions")), _list(term.get("matchFields"))
+    if not expressions and not fields:
+        return False  # an empty term selects no node
+    return (all(requirement_matches(_map(e), labels) for e in expressions)
+            and all(_map(f).get("key") == "metadata.name" and requirement_matches(_map(f), {"metadata.name": node_name})
+                    for f in fields))
+
+
+def node_affinity_matches(pod: PodInfo, node: NodeInfo) -> bool:
+    if any(node.labels.get(key) != value for key, value in pod.node_selector.items()):
+        return False
+    return pod.node_terms is None or any(term_matches(t, node.labels, node.name) for t in pod.node_terms)
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A ``metav1.LabelSelector`` (``{}`` matches everything)."""
+    if any(labels.get(str(k)) != str(v) for k, v in _map(selector.get("matchLabels")).items()):
+        return False
+    for raw in _list(selector.get("matchExpressions")):
+        expression = _map(raw)
+        if expression.get("operator") not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+        if not requirement_matches(expression, labels):
+            return False
+    return True
+
+
+def resource_reasons(requests: Mapping[str, int], allocatable: Mapping[str, int], requested: Mapping[str, int],
+                     pod_count: int) -> list[str]:
+    """NodeResourcesFit: every resource the node lacks (``pod_count``: pods already on the node)."""
+    reasons = [TOO_MANY_PODS] if pod_count + 1 > allocatable.get("pods", 0) else []
+    reasons += [insufficient(name) for name, amount in requests.items()
+                if amount > allocatable.get(name, 0) - requested.get(name, 0)]
+    return reasons
+
+
+def anti_affinity_reason(pod: PodInfo, neighbours: Iterable[PodInfo],
+                         namespace_labels: Mapping[str, Mapping[str, str]]) -> str | None:
+    """InterPodAffinity for hostname anti-affinity; ``neighbours``: pods in the node's hostname domain."""
+    neighbours = list(neighbours)
+    if any(term.selects(other, namespace_labels) for term in pod.anti_affinity for other in neighbours):
+        return ANTI_AFFINITY
+    if any(term.selects(pod, namespace_labels) for other in neighbours for term in other.anti_affinity):
+        return EXISTING_ANTI_AFFINITY
+    return None
+
+
+def filter_node(pod: PodInfo, node: NodeInfo, requested: Mapping[str, int], pod_count: int,
+                neighbours: Iterable[PodInfo], namespace_labels: Mapping[str, Mapping[str, str]] | None = None
+                ) -> list[str]:
+    """Why ``pod`` may not go to ``node`` (kube-scheduler's reason texts); empty when it may.
+
+    Like the scheduling framework, the first filter that fails decides; only NodeResourcesFit may give
+    several reasons at once.
+    """
+    unschedulable_taint = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
+    if node.unschedulable and not any(tolerates(t, unschedulable_taint) for t in pod.tolerations):
+        return [UNSCHEDULABLE]
+    taint = first_untolerated(node.taints, pod.tolerations)
+    if taint is not None:
+        return [untolerated_taint(str(taint.get("key") or ""), str(taint.get("value") or ""))]
+    if not node.ready:
+        return [NOT_READY]
+    if not node_affinity_matches(pod, node):
+        return [NODE_AFFINITY]
+    reasons = resource_reasons(pod.requests, node.allocatable, requested, pod_count)
+    if reasons:
+        return reasons
+    reason = anti_affinity_reason(pod, neighbours, namespace_labels or {})
+    return [reason] if reason else []
+
+
+def unschedulable_message(nodes: int, reasons: Iterable[Sequence[str]]) -> str:
+    """kube-scheduler's FitError text: ``0/N nodes are available: <count reason>, ... .``, sorted as strings.
+
+    The PostFilter part (`` preemption: ...``) is left out: the sim does not preempt.
+    """
+    if nodes == 0:
+        return NO_NODES
+    counts = Counter(reason for node_reasons in reasons for reason in node_reasons)
+    return f"0/{nodes} nodes are available: {', '.join(sorted(f'{n} {r}' for r, n in counts.items()))}."
+
+
+# --- scoring ----------------------------------------------------------------------------------------------
+
+def free_accelerators_after(pod: PodInfo, node: NodeInfo, requested: Mapping[str, int]) -> int:
+    return sum(amount - requested.get(name, 0) - pod.requests.get(name, 0)
+               for name, amount in node.allocatable.items() if is_extended(name))
+
+
+def preference(pod: PodInfo, node: NodeInfo, requested: Mapping[str, int], own_tokens: frozenset[str],
+               booked_tokens: frozenset[str]) -> tuple[int, int, str]:
+    """Sort key among feasible nodes, smallest best: own booking, then unbooked, then another PR's booking;
+    then fewest free accelerators left; then the node name."""
+    token = node.token
+    if token is not None and token in own_tokens:
+        booking = 0
+    elif token is not None and token in booked_tokens:
+        booking = 2
+    else:
+        booking = 1
+    return booking, free_accelerators_after(pod, node, requested), node.name

@@ -1,0 +1,79 @@
+"""``gangscale demo``: a small scenario file through the command line, its output, JSON and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gangscale.cli import main
+
+TINY = """
+name: tiny
+description: one 2-host TPU slice job
+until: 1h
+nodePools:
+  - {name: tpu, machineType: ct5lp-hightpu-4t, tpuTopology: 2x4, maxUnits: 1, simulated: {provisionSeconds: 60}}
+controller: {batchIdle: 0s, batchMax: 0s}
+kueue:
+  provisioning: {}
+  flavors: [{name: v5e}]
+  clusterQueues: [{name: cq, quota: {v5e: {google.com/tpu: 8}}, localQueues: [q]}]
+workloads:
+  - name: train
+    at: 30s
+    duration: 2m
+    queue: q
+    podSets: [{name: slice, replicas: 1, parallelism: 2, limits: {google.com/tpu: 4},
+               nodeSelector: {cloud.google.com/gke-tpu-topology: 2x4}}]
+"""
+
+
+def test_demo_runs_a_scenario_file_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    out_json = tmp_path / "run.json"
+    assert main(["demo", "--scenario", str(scenario), "--json", str(out_json)]) == 0
+    out = capsys.readouterr().out
+    assert "Timeline (gangscale) — scenario tiny" in out
+    assert "admitted" in out and "finished" in out
+    assert "1/1 workloads finished" in out
+    doc = json.loads(out_json.read_text())
+    (run,) = doc["runs"]
+    (row,) = run["workloads"]
+    assert row["subject"] == "default/train"
+    # Arrival at 30 s; the slice's two nodes take 60 s; the job runs 2 minutes once both pods run.
+    assert row["arrived"] == 30
+    assert row["running"] == pytest.approx(90, abs=1)
+    assert row["finished"] == pytest.approx(row["running"] + 120)
+    assert run["totals"]["lost_accelerator_hours"] == 0
+    assert {n["pool"] for n in run["nodes"]} == {"tpu"} and len(run["nodes"]) == 2
+
+
+def test_demo_baseline_prints_both_policies_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    assert main(["demo", "--scenario", str(scenario), "--baseline", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "Timeline" not in out
+    assert "Side by side" in out
+    assert "gangscale  1/1" in out and "baseline   1/1" in out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--scenario", "no-such-scenario"], "no built-in scenario named 'no-such-scenario'"),
+    (["--speed", "0"], "--speed must be positive"),
+], ids=["unknown-scenario", "bad-speed"])
+def test_demo_refuses_bad_input_with_exit_2(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_demo_reports_every_problem_of_a_broken_scenario_file(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(TINY.replace("maxUnits: 1", "maxUnits: -1").replace("queue: q\n", "queue: q\n    colour: red\n"))
+    assert main(["demo", "--scenario", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert "broken.yaml" in err and "colour" in err

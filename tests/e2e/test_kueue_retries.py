@@ -1,0 +1,242 @@
+"""provreq-spec §7 scenarios 29-32 and 37: what Kueue does when a ProvisioningRequest fails, its booking expires or
+its capacity is revoked (retry with a new attempt, reject and deactivate), and when it deletes requests — with
+every condition written by the real gangscale controller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gangscale.controller.settings import Settings
+from gangscale.kube.resources import NODES, WORKLOADS
+from tests.e2e.harness import (
+    CHECK_NAME,
+    E2E,
+    FAST,
+    PARAM_PREFIX,
+    admission_check,
+    cluster,
+    cluster_queue,
+    conditions,
+    is_true,
+    name_of,
+    pod_set,
+    prc,
+    workload,
+)
+
+MANUAL = "manual"
+RESET_REJECTED = "Reset to Pending after eviction. Previously: Rejected"
+RESET_RETRY = "Reset to Pending after eviction. Previously: Retry"
+
+
+def _updated(old: str, new: str, message: str) -> str:
+    return f"Admission check {CHECK_NAME} updated state from {old} to {new} with message: {message}"
+
+
+
+
+async def test_s29_failed_is_retried_with_a_new_attempt(tmp_path: Path) -> None:
+    """``Failed=True`` on attempt 1 (limit 3): ``Retry`` → the Workload is evicted (``AdmissionCheck``) → the check
+    is reset to ``Pending`` with ``retryCount: 1`` → request 1 is deleted → after the backoff the Workload is
+    re-reserved and request ``<wl>-<check>-2`` exists → gangscale provisions it → ``Ready``.
+
+    gangscale fails attempt 1 for real: the pool is out of stock and the request says ``noRetry`` (Workload
+    annotation). The stock is back before the requeue; gangscale's pool backoff (30 s here) is over by then."""
+    settings = Settings(batch_idle=0.0, batch_max=0.0, pool_backoff_initial=30.0)
+    async with cluster(tmp_path, settings=settings, stock={"gpu": 0}) as e:
+        await e.setup(config=prc(limit=3, base=60))
+        await e.create(WORKLOADS, workload("wl", [pod_set("workers", 2)],
+                                           annotations={f"{PARAM_PREFIX}noRetry": "true"}))
+        start = e.now
+        await e.until(e.evicted, within=60, what="evicted after the first failure")
+
+        # Request 1 is gone by now; gangscale's event on it carries its Failed message.
+        [failure] = await e.events("CapacityNotFound", "wl-prov-1")
+        message = f"Retrying after failure: {failure}"
+        assert await e.events("AdmissionCheckUpdated", "wl") == [_updated("Pending", "Retry", message)]
+        wl = await e.workload()
+        evicted = conditions(wl)["Evicted"]
+        assert (evicted["status"], evicted["reason"]) == ("True", "AdmissionCheck")
+        assert evicted["message"] == f'Evicted due to AdmissionCheck in Retry state: "{CHECK_NAME}" ({message})'
+        assert not is_true(wl, "QuotaReserved")
+        entry = await e.check()
+        assert entry is not None
+        assert (entry["state"], entry["message"], entry.get("retryCount"), entry.get("requeueAfterSeconds")) == (
+            "Pending", RESET_RETRY, 1, 60)
+        assert await e.requests() == []
+        assert await e.templates() == []
+
+        e.provider.set_stock("gpu", None)
+        await e.until(e.admitted, within=300, what="attempt 2 Ready")
+        assert e.now >= start + 60  # not before the backoff Kueue asked for
+        [pr] = await e.requests()
+        assert name_of(pr) == "wl-prov-2"
+        assert conditions(pr)["Provisioned"]["status"] == "True"
+        entry = await e.check()
+        assert entry is not None
+        assert entry.get("retryCount") == 1
+        assert e.check_history() == ["Retry", "Ready"]
+
+
+@pytest.mark.parametrize("how", ["config-parameter", "annotation"])
+async def test_s30_failed_over_the_limit_is_rejected_and_deactivates(tmp_path: Path, how: str) -> None:
+    """``Failed=True`` on attempt 1 with ``backoffLimitCount: 0``: ``Rejected`` with the Failed message → the
+    Workload is deactivated (event ``AdmissionCheckRejected``) → the check is reset to ``Pending``; the request is
+    deleted and none follows.
+
+    gangscale fails the request for real: the gang (6 GPU nodes) is more than the pool can ever hold, and
+    ``noRetry`` comes from the config's parameters or from the Workload annotation."""
+    params = {"noRetry": "true"} if how == "config-parameter" else None
+    annotations = {f"{PARAM_PREFIX}noRetry": "true"} if how == "annotation" else None
+    async with cluster(tmp_path) as e:
+        await e.setup(config=prc(params=params, limit=0))
+        await e.create(WORKLOADS, workload("wl", [pod_set("workers", 6)], annotations=annotations))
+        await e.settle()
+
+        [failure] = await e.events("CapacityNotFound", "wl-prov-1")
+        assert await e.events("AdmissionCheckUpdated", "wl") == [_updated("Pending", "Rejected", failure)]
+        assert await e.events("AdmissionCheckRejected", "wl") == [
+            f'Deactivated due to AdmissionCheck in Rejected state: "{CHECK_NAME}" ({failure})']
+        wl = await e.workload()
+        assert wl["spec"]["active"] is False
+        evicted = conditions(wl)["Evicted"]
+        assert (evicted["status"], evicted["reason"]) == ("True", "DeactivatedDueToAdmissionCheck")
+        entry = await e.check()
+        assert entry is not None
+        assert (entry["state"], entry["message"]) == ("Pending", RESET_REJECTED)
+        assert "retryCount" not in entry
+
+        await e.advance(30 * 60)
+        assert await e.requests() == []
+        assert len(await e.events("ProvisioningRequestCreated", "wl")) == 1
+        assert await e.nodes() == []
+
+
+async def test_s31_booking_expired_before_admission_retries_then_rejects(tmp_path: Path) -> None:
+    """``BookingExpired=True`` on a Workload that is not admitted (a second check nobody serves holds it back):
+    attempt 1 (limit 1) goes to ``Retry`` with ``Retrying after booking expired: <msg>`` and a new attempt is made;
+    attempt 2, over the limit, goes to ``Rejected`` and the Workload is deactivated.
+
+    gangscale's booking TTL (2 min here) expires on its own: nothing consumes the capacity."""
+    settings = Settings(batch_idle=0.0, batch_max=0.0, booking_ttl=120.0)
+    async with cluster(tmp_path, settings=settings) as e:
+        await e.setup(config=prc(limit=1, base=60), checks=[admission_check(MANUAL, controller="example.com/manual")],
+                      cq=cluster_queue(checks=(CHECK_NAME, MANUAL)))
+        await e.activate_check(MANUAL)
+        await e.create(WORKLOADS, workload("wl", [pod_set("workers", 2)]))
+        await e.until(e.ready, within=120, what="attempt 1 Ready")
+        assert not is_true(await e.workload(), "Admitted")
+        ready_at = e.now
+
+        await e.until(e.evicted, within=300, what="evicted after the booking expired")
+        assert e.now >= ready_at + 120
+        expired = "Capacity reservation time is expired"
+        retry = f"Retrying after booking expired: {expired}"
+        updates = await e.events("AdmissionCheckUpdated", "wl")
+        assert updates[-1] == _updated("Ready", "Retry", retry)
+        evicted = conditions(await e.workload())["Evicted"]
+        assert (evicted["reason"], evicted["message"]) == (
+            "AdmissionCheck", f'Evicted due to AdmissionCheck in Retry state: "{CHECK_NAME}" ({retry})')
+        entry = await e.check()
+        assert entry is not None
+        assert (entry["state"], entry.get("retryCount")) == ("Pending", 1)
+
+        await e.until(e.ready, within=300, what="attempt 2 Ready")
+        assert [name_of(pr) for pr in await e.requests()] == ["wl-prov-2"]
+        await e.until(e.deactivated, within=300, what="deactivated after attempt 2 expired")
+        updates = await e.events("AdmissionCheckUpdated", "wl")
+        assert updates[-1] == _updated("Ready", "Rejected", expired)
+        assert await e.events("AdmissionCheckRejected", "wl") == [
+            f'Deactivated due to AdmissionCheck in Rejected state: "{CHECK_NAME}" ({expired})']
+        entry = await e.check()
+        assert entry is not None
+        assert (entry["state"], entry["message"]) == ("Pending", RESET_REJECTED)
+        assert not is_true(await e.workload(), "Admitted")
+        assert e.check_history() == ["Ready", "Retry", "Ready", "Rejected"]
+
+
+
+
+@pytest.mark.parametrize("case", ["admitted", "not-admitted", "finished"])
+async def test_s32_capacity_revoked(tmp_path: Path, case: str) -> None:
+    """A booked node is deleted before any pod consumed it: gangscale sets ``CapacityRevoked=True``; on an active,
+    unfinished Workload (admitted or not) the check becomes ``Rejected`` with that message and the Workload is
+    deactivated.
+
+    On a finished Workload nothing changes: Kueue deletes a finished Workload's requests (scenario 37) before the
+    node goes, so there is no request left to revoke and the check stays Ready."""
+    async with cluster(tmp_path) as e:
+        extra = [admission_check(MANUAL, controller="example.com/manual")] if case == "not-admitted" else []
+        await e.setup(checks=extra, cq=cluster_queue(checks=(CHECK_NAME, *(c["metadata"]["name"] for c in extra))))
+        if extra:
+            await e.activate_check(MANUAL)
+        await e.create(WORKLOADS, workload("wl", [pod_set("workers", 2)]))
+        await e.until(e.ready, within=120, what="check Ready")
+        assert is_true(await e.workload(), "Admitted") is (case != "not-admitted")
+        if case == "finished":
+            await _finish(e)
+            await e.settle()
+            assert await e.requests() == []
+
+        victim = name_of((await e.nodes())[0])
+        await e.delete(NODES, victim)
+        await e.settle()
+
+        wl = await e.workload()
+        if case == "finished":
+            assert await e.check_state() == "Ready"
+            assert wl["spec"].get("active", True) is True
+            assert await e.events("AdmissionCheckRejected", "wl") == []
+            assert await e.events("CapacityRevoked") == []
+            return
+        [revoked] = await e.events("CapacityRevoked", "wl-prov-1")
+        assert victim in revoked
+        assert (await e.events("AdmissionCheckUpdated", "wl"))[-1] == _updated("Ready", "Rejected", revoked)
+        assert await e.events("AdmissionCheckRejected", "wl") == [
+            f'Deactivated due to AdmissionCheck in Rejected state: "{CHECK_NAME}" ({revoked})']
+        assert wl["spec"]["active"] is False
+        assert conditions(wl)["Evicted"]["reason"] == "DeactivatedDueToAdmissionCheck"
+        entry = await e.check()
+        assert entry is not None
+        assert (entry["state"], entry["message"]) == ("Pending", RESET_REJECTED)
+
+
+async def _finish(e: E2E, wl: str = "wl") -> None:
+    """``Finished=True``, as Kueue's job framework writes it when the job completes."""
+    await e.apply_status(WORKLOADS, wl, "Workload", {"conditions": [
+        {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "Job finished successfully",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}, "kueue-job-controller")
+
+
+@pytest.mark.parametrize("case", ["finished", "deactivated", "preempted"])
+async def test_s37_requests_deleted_when_finished_or_evicted(tmp_path: Path, case: str) -> None:
+    """When the Workload finishes, or is evicted (deactivated by its user, or preempted by a higher-priority
+    Workload), every request it owns is deleted, and its PodTemplates with it."""
+    async with cluster(tmp_path, settings=FAST) as e:
+        await e.setup(cq=cluster_queue(gpus=16, preemption="LowerPriority"))
+        await e.create(WORKLOADS, workload("wl", [pod_set("workers", 2)], priority=0))
+        await e.until(e.admitted, within=120, what="check Ready")
+        assert [name_of(pr) for pr in await e.requests()] == ["wl-prov-1"]
+        assert len(await e.templates()) == 1
+
+        if case == "finished":
+            await _finish(e)
+        elif case == "deactivated":
+            await e.merge(WORKLOADS, "wl", {"spec": {"active": False}})
+        else:
+            await e.create(WORKLOADS, workload("high", [pod_set("workers", 2)], priority=100))
+        await e.settle()
+
+        wl = await e.workload()
+        if case == "finished":
+            assert is_true(wl, "Finished")
+        else:
+            reason = {"deactivated": "Deactivated", "preempted": "Preempted"}[case]
+            assert conditions(wl)["Evicted"]["reason"] == reason
+        mine = [name_of(pr) for pr in await e.requests() if name_of(pr).startswith("wl-")]
+        assert mine == []
+        assert [name_of(t) for t in await e.templates() if name_of(t).startswith("ppt-wl-")] == []
+        if case == "preempted":
+            assert [name_of(pr) for pr in await e.requests()] == ["high-prov-1"]
