@@ -77,3 +77,15 @@ def test_demo_reports_every_problem_of_a_broken_scenario_file(tmp_path: Path,
     assert main(["demo", "--scenario", str(broken)]) == 2
     err = capsys.readouterr().err
     assert "broken.yaml" in err and "colour" in err
+
+
+def test_demo_paced_by_speed_gives_the_same_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--speed`` only paces simulated time against the wall clock; what happens, and when, is unchanged."""
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    fast, paced = tmp_path / "fast.json", tmp_path / "paced.json"
+    assert main(["demo", "--scenario", str(scenario), "--quiet", "--json", str(fast)]) == 0
+    assert main(["demo", "--scenario", str(scenario), "--quiet", "--speed", "2000", "--json", str(paced)]) == 0
+    capsys.readouterr()
+    rows = [json.loads(p.read_text())["runs"][0]["workloads"] for p in (fast, paced)]
+    assert rows[0] == rows[1]
