@@ -16,6 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 DETAIL_KEY = "gangscale.io/scale-up"
+#: The one pool a scale-up used, when it used one: a valid label value (pool names are DNS labels), so a Kueue
+#: ProvisioningRequestConfig can turn it into a nodeSelector on the admitted pods (``podSetUpdates.nodeSelector``
+#: entry ``{key: gangscale.io/node-pool, valueFromProvisioningClassDetail: gangscale.io/node-pool}``).
+POOL_DETAIL_KEY = "gangscale.io/node-pool"
 OBTAINING = "obtaining"
 OBTAINED = "obtained"
 
@@ -41,6 +45,11 @@ class Record:
 
     def with_phase(self, phase: str) -> Record:
         return replace(self, phase=phase)
+
+    @property
+    def single_pool(self) -> str | None:
+        pools = {step.pool for step in self.steps}
+        return pools.pop() if len(pools) == 1 else None
 
     @property
     def tokens(self) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from gangscale.controller import conditions as C
 from gangscale.controller.bookings import Booked
-from gangscale.controller.record import DETAIL_KEY, Record, from_status
+from gangscale.controller.record import DETAIL_KEY, POOL_DETAIL_KEY, Record, from_status
 from gangscale.model.decision import Decision
 from gangscale.model.gang import Gang
 from gangscale.providers.base import Obtained
@@ -84,7 +84,10 @@ class RequestState:
     def status_body(self) -> JSON:
         status: JSON = {"conditions": [self.conditions[t].to_json() for t in C.OWNED_TYPES if t in self.conditions]}
         if self.record is not None:
-            status["provisioningClassDetails"] = {DETAIL_KEY: self.record.to_detail()}
+            details = {DETAIL_KEY: self.record.to_detail()}
+            if (pool := self.record.single_pool) is not None:
+                details[POOL_DETAIL_KEY] = pool
+            status["provisioningClassDetails"] = details
         return status
 
     def body_key(self) -> str:

@@ -70,6 +70,7 @@ async def test_s28_provisioned_is_ready_with_pod_set_updates(tmp_path: Path) -> 
     async with cluster(tmp_path) as e:
         await e.setup(config=prc(podSetUpdates={"nodeSelector": [
             {"key": "example.com/scale-up", "valueFromProvisioningClassDetail": DETAIL},
+            {"key": "gangscale.io/node-pool", "valueFromProvisioningClassDetail": "gangscale.io/node-pool"},
             {"key": "example.com/absent", "valueFromProvisioningClassDetail": "example.com/no-such-detail"}]}))
         await e.create(WORKLOADS, workload("wl", [pod_set("workers", 2)]))
         await e.until(e.admitted, within=120, what="check Ready")
@@ -85,7 +86,10 @@ async def test_s28_provisioned_is_ready_with_pod_set_updates(tmp_path: Path) -> 
         assert (entry["state"], entry["message"]) == ("Ready", provisioned["message"])
         assert entry["podSetUpdates"] == [{"name": "workers",
                                            "annotations": {CONSUME: "wl-prov-1", CLASS_ANNOTATION: ATOMIC},
-                                           "nodeSelector": {"example.com/scale-up": detail}}]
+                                           "nodeSelector": {"example.com/scale-up": detail,
+                                                            "gangscale.io/node-pool": "gpu"}}]
+        # The pool detail is a valid label value, so the admitted pods can be pinned to the pool made for them.
+        assert pr["status"]["provisioningClassDetails"]["gangscale.io/node-pool"] == "gpu"
 
 
 async def test_s33_failed_wins_over_provisioned(tmp_path: Path) -> None:
