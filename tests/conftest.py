@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 from kubernetes_asyncio.client import ApiClient
 
+from gangscale.clock import ManualClock
 from gangscale.kube.client import load_configuration, make_http
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer
@@ -39,9 +40,16 @@ async def no_leaked_tasks() -> AsyncIterator[None]:
         pytest.fail(f"test leaked {len(leaked)} asyncio task(s): {sorted(t.get_name() for t in leaked)}")
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    """A test's own clock. A test that uses it also gets an ``apiserver`` that stamps objects with it."""
+    return ManualClock()
+
+
 @pytest_asyncio.fixture
-async def apiserver() -> AsyncIterator[EmbeddedAPIServer]:
-    server = EmbeddedAPIServer(bookmark_interval=0.2, seed=1)
+async def apiserver(request: pytest.FixtureRequest) -> AsyncIterator[EmbeddedAPIServer]:
+    manual = request.getfixturevalue("clock") if "clock" in request.fixturenames else None
+    server = EmbeddedAPIServer(bookmark_interval=0.2, seed=1, clock=manual.datetime if manual else None)
     await server.start()
     try:
         yield server

@@ -68,7 +68,9 @@ class EventRecorder:
         stamp = rfc3339(now)
         body: JSON = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta.get('name', 'object')}.{int(now * 1000):x}{self._salt}{next(self._seq):04x}",
+            # The object's name is cut so that the event's stays within 253 characters.
+            "metadata": {"name": f"{str(meta.get('name') or 'object')[:200].rstrip('-.')}."
+                                 f"{int(now * 1000):x}{self._salt}{next(self._seq):04x}",
                          "namespace": namespace},
             "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                                "name": meta.get("name"), "namespace": meta.get("namespace"),

@@ -20,6 +20,8 @@ from gangscale.sim.runner import RunResult
 from gangscale.sim.world import (
     ADMITTED,
     ARRIVED,
+    CHECK,
+    DEACTIVATED,
     EVICTED,
     FINISHED,
     POD_STARTED,
@@ -33,8 +35,8 @@ from gangscale.sim.world import (
 JSON = dict[str, Any]
 
 #: Kinds left out of the printed timeline (one line per pod would drown the rest); they stay in the JSON.
-QUIET_KINDS = frozenset({POD_STARTED, "check"})
-_STOPS = (PREEMPTED, EVICTED, "deactivated")
+QUIET_KINDS = frozenset({POD_STARTED, CHECK})
+_STOPS = (PREEMPTED, EVICTED, DEACTIVATED)
 
 
 @dataclass(frozen=True)

@@ -58,22 +58,6 @@ MakeProvider = Callable[..., Awaitable[SimulatedProvider]]
 # --- fixtures -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest_asyncio.fixture
-async def apiserver(clock: ManualClock) -> AsyncIterator[EmbeddedAPIServer]:
-    """Overrides the shared fixture: the server stamps objects with the test's clock."""
-    server = EmbeddedAPIServer(bookmark_interval=0.2, seed=1, clock=clock.datetime)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
 @pytest_asyncio.fixture
 async def make_provider(http: KubeHTTP, clock: ManualClock) -> AsyncIterator[MakeProvider]:
     """Started providers on the shared server and clock, all closed at teardown."""

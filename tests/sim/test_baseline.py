@@ -41,21 +41,6 @@ TPU = make_pool("tpu", {"cpu": "100", "memory": "180Gi", "google.com/tpu": "4", 
                 max_units=3, taints=(TPU_TAINT,))
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest_asyncio.fixture
-async def apiserver(clock: ManualClock) -> AsyncIterator[EmbeddedAPIServer]:
-    server = EmbeddedAPIServer(bookmark_interval=0.2, seed=1, clock=clock.datetime)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
 @pytest_asyncio.fixture
 async def cloud(http: KubeHTTP, clock: ManualClock) -> AsyncIterator[SimulatedProvider]:
     provider = SimulatedProvider(http, (CPU, TPU), clock)

@@ -8,7 +8,7 @@ import pytest
 from gangscale.sim.report import rows, totals
 from gangscale.sim.runner import BASELINE, GANGSCALE, RunResult, run_scenario
 from gangscale.sim.scenario import load_scenario
-from gangscale.sim.world import FINISHED, POD_STARTED, PREEMPTED, RUNNING, SCALE_UP_FAILED
+from gangscale.sim.world import ARRIVED, FINISHED, POD_STARTED, PREEMPTED, RUNNING, SCALE_UP_FAILED
 
 NS = "default"
 
@@ -38,7 +38,7 @@ def assert_gangs_ready_together(result: RunResult) -> None:
     or pools with the same provisioning delay)."""
     for subject in result.workloads:
         ready = {result.nodes[e.data["node"]].ready for e in result.timeline.of(POD_STARTED, subject)}
-        new = {r for r in ready if r is not None and r >= (result.timeline.first("arrived", subject) or 0)}
+        new = {r for r in ready if r is not None and r >= (result.timeline.first(ARRIVED, subject) or 0)}
         assert len(new) <= 1, f"{subject}: its new nodes turned Ready at {sorted(new)}"
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from gangscale.clock import ManualClock
 from gangscale.controller.record import Record, Step
@@ -22,22 +20,6 @@ NS = "default"
 TPU_NODE = {"cpu": "100", "memory": "180Gi", "google.com/tpu": "4", "pods": "110"}
 CPU_NODE = {"cpu": "16", "memory": "64Gi", "pods": "110"}
 CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest_asyncio.fixture
-async def apiserver(clock: ManualClock) -> AsyncIterator[EmbeddedAPIServer]:
-    """Overrides the shared fixture: objects are stamped with the test's clock (creation order is observable)."""
-    server = EmbeddedAPIServer(bookmark_interval=0.2, seed=1, clock=clock.datetime)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 @pytest.fixture

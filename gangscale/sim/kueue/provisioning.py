@@ -61,9 +61,10 @@ from gangscale.clock import rfc3339
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import ADMISSIONCHECKS
 from gangscale.kube.transport import KubeHTTP
+from gangscale.kube.writes import EventRecorder
 from gangscale.sim.kueue.prconfig import config_from_ref
 from gangscale.sim.kueue.prnames import CONTROLLER_NAME
-from gangscale.sim.kueue.provisioningcontext import Env, EventLog, Snapshot, load_snapshot
+from gangscale.sim.kueue.provisioningcontext import Env, Snapshot, load_snapshot
 from gangscale.sim.kueue.provisioningworkload import WorkloadReconcile
 from gangscale.sim.world import Timeline
 
@@ -97,7 +98,7 @@ class ProvisioningCheck:
     def __init__(self, http: KubeHTTP, timeline: Timeline, *, cleanup_on_eviction: bool = True) -> None:
         self.http = http
         self.timeline = timeline
-        self.env = Env(http, timeline, EventLog(http, EVENT_COMPONENT),
+        self.env = Env(http, timeline, EventRecorder(http, component=EVENT_COMPONENT),
                        cleanup_on_eviction=cleanup_on_eviction)
 
     def next_wake(self) -> float | None:

@@ -9,11 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangscale.clock import rfc3339
-from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import (
     ADMISSIONCHECKS,
-    EVENTS,
     PODTEMPLATES,
     PROVREQCONFIGS,
     PROVREQS,
@@ -21,6 +18,7 @@ from gangscale.kube.resources import (
     WORKLOADS,
 )
 from gangscale.kube.transport import KubeHTTP, Resource
+from gangscale.kube.writes import EventRecorder
 from gangscale.sim.kueue.checkstate import Condition
 from gangscale.sim.kueue.prnames import MANAGED_LABEL
 from gangscale.sim.world import Timeline
@@ -42,45 +40,13 @@ class Snapshot:
     templates: dict[tuple[str, str], JSON] = field(default_factory=dict)
 
 
-class EventLog:
-    """core/v1 Events about Workloads. The server names each one (``generateName``): several emulators record
-    events on the same Workload at the same simulated instant, and counter-based names from separate recorders
-    (:class:`gangscale.kube.writes.EventRecorder`) collide there. A failed event write is logged and dropped,
-    never raised."""
-
-    def __init__(self, http: KubeHTTP, component: str) -> None:
-        self.http = http
-        self.component = component
-
-    async def record(self, obj: Mapping[str, Any], event_type: str, reason: str, message: str, now: float) -> None:
-        meta = obj.get("metadata") or {}
-        namespace = meta.get("namespace") or "default"
-        stamp = rfc3339(now)
-        body: JSON = {
-            "apiVersion": "v1", "kind": "Event",
-            # ``<object>.prov-<random>``: a generateName must itself be a valid name once its final dash is masked.
-            "metadata": {"generateName": f"{str(meta.get('name') or 'object')[:200].rstrip('-.')}.prov-",
-                         "namespace": namespace},
-            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                               "name": meta.get("name"), "namespace": meta.get("namespace"),
-                               "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
-            "type": event_type, "reason": reason, "message": message[:1024],
-            "source": {"component": self.component}, "reportingComponent": self.component,
-            "reportingInstance": self.component, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-        }
-        try:
-            await self.http.request("POST", EVENTS.path(namespace), body=body)
-        except ApiError as exc:
-            log.warning("could not record event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
-
-
 @dataclass
 class Env:
     """The component's parts a Workload reconcile uses."""
 
     http: KubeHTTP
     timeline: Timeline
-    events: EventLog
+    events: EventRecorder
     cleanup_on_eviction: bool = True
     #: FailedCreate events already sent, (Workload uid, message): a cache that only stops repeats.
     reported: set[tuple[str, str]] = field(default_factory=set)
