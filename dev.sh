@@ -34,6 +34,14 @@ ensure_venv() {
   fi
 }
 
+# A Ray head for the GCS tests (tests/ray): Ray pins its own dependencies, so it lives in a venv of its own.
+ensure_ray_venv() {
+  if [ ! -x .venv-ray/bin/ray ]; then
+    "$(pick_python)" -m venv .venv-ray
+    .venv-ray/bin/python -m pip install --quiet "ray==2.60.0"
+  fi
+}
+
 cmd="${1:-}"
 shift || true
 case "$cmd" in
@@ -43,6 +51,7 @@ case "$cmd" in
     ;;
   test)
     ensure_venv dev
+    ensure_ray_venv
     export PATH="$PWD/.venv/bin:$PATH"
     echo "== ruff";          ruff check gangscale tests hack
     echo "== mypy";          mypy

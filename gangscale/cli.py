@@ -102,6 +102,10 @@ def _env(name: str, default: str | None) -> str | None:
     return os.environ.get("GANGSCALE_" + name.upper().replace("-", "_"), default)
 
 
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes")
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     run = sub.add_parser(
         "run", help="run the controller against a cluster",
@@ -121,7 +125,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
          help="comma-separated ProvisioningRequest classes to serve; PRs of other classes are never touched")
     flag("--processor-instance", default=_env("processor-instance", ""),
          help="serve only PRs whose processorInstance parameter equals this (empty: PRs without the parameter)")
-    flag("--dry-run", action="store_true", default=(_env("dry-run", "false") or "").lower() in ("1", "true", "yes"),
+    flag("--dry-run", action="store_true", default=_truthy(_env("dry-run", "false")),
          help="read and plan everything, change nothing: no provider calls, no status writes, no events")
     flag("--metrics-host", default=_env("metrics-host", "0.0.0.0"), help="address of the observe server")
     flag("--metrics-port", type=int, default=int(_env("metrics-port", "8080") or 8080),
@@ -145,6 +149,15 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                                          "with reason Expired")
     flag("--terminal-ttl", default=_env("terminal-ttl", "7d"),
          help="requests whose outcome is older than this are deleted (0 keeps them)")
+    flag("--ray", action=argparse.BooleanOptionalAction, default=_truthy(_env("ray", "true")),
+         help="watch autoscaling RayClusters that Kueue does not manage and provision their worker replicas as "
+              "whole gangs (off by itself when the API does not serve ray.io/v1 RayClusters)")
+    flag("--ray-batch-idle", default=_env("ray-batch-idle", "6s"),
+         help="Ray autoscaler steps merge into one gang until the demand has not changed for this long ...")
+    flag("--ray-batch-max", default=_env("ray-batch-max", "30s"), help="... or has been growing for this long")
+    flag("--ray-gcs", action=argparse.BooleanOptionalAction, default=_truthy(_env("ray-gcs", "true")),
+         help="read pending placement groups from each RayCluster head's GCS (needs the gangscale[ray] extra)")
+    flag("--ray-gcs-interval", default=_env("ray-gcs-interval", "5s"), help="how often the GCS is read")
     flag("--log-format", default=_env("log-format", "json"), choices=("json", "text"), help="log line format")
     flag("--log-level", default=_env("log-level", "info"), help="debug, info, warning or error")
     flag("--for", dest="duration", type=float, default=None, help="stop after this many seconds (for demos and tests)")
@@ -172,7 +185,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         durations = {name: parse_duration(getattr(args, name)) for name in (
             "batch_idle", "batch_max", "booking_ttl", "scale_down_unneeded_time", "max_node_provision_time",
-            "retry_initial", "retry_max", "pool_backoff", "expiry", "terminal_ttl")}
+            "retry_initial", "retry_max", "pool_backoff", "expiry", "terminal_ttl", "ray_batch_idle",
+            "ray_batch_max", "ray_gcs_interval")}
     except ValueError as exc:
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 2
@@ -186,7 +200,9 @@ def _run(args: argparse.Namespace) -> int:
         scale_down_unneeded_time=durations["scale_down_unneeded_time"],
         max_node_provision_time=durations["max_node_provision_time"], retry_initial=durations["retry_initial"],
         retry_max=durations["retry_max"], pool_backoff_initial=durations["pool_backoff"],
-        expiry=durations["expiry"], terminal_ttl=durations["terminal_ttl"])
+        expiry=durations["expiry"], terminal_ttl=durations["terminal_ttl"], ray=args.ray,
+        ray_batch_idle=durations["ray_batch_idle"], ray_batch_max=durations["ray_batch_max"], ray_gcs=args.ray_gcs,
+        ray_gcs_interval=durations["ray_gcs_interval"])
     options = RunOptions(pool_file=pool_file, settings=settings, provider=args.provider, kubeconfig=args.kubeconfig,
                          context=args.context, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                          duration=args.duration)

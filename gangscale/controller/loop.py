@@ -29,6 +29,8 @@ from gangscale.controller.actuator import Actuator, ScaleUpFailed
 from gangscale.controller.backoffs import PoolBackoffs
 from gangscale.controller.cluster import ClusterView
 from gangscale.controller.passes import Pass
+from gangscale.controller.raysource import RaySource
+from gangscale.controller.raystate import RayGangState
 from gangscale.controller.record import OBTAINED, OBTAINING, from_status
 from gangscale.controller.requests import Phase, RequestState, phase, served
 from gangscale.controller.settings import Settings
@@ -69,9 +71,10 @@ class Controller:
         self.templates = Reflector(http, PODTEMPLATES)
         self.nodes = Reflector(http, NODES)
         self.pods = Reflector(http, PODS)
-        self.reflectors = (self.prs, self.templates, self.nodes, self.pods)
+        self.reflectors: tuple[Reflector, ...] = (self.prs, self.templates, self.nodes, self.pods)
         for reflector in self.reflectors:
             reflector.add_handler(self._on_event)
+        self.ray = RaySource(self)
         self.states: dict[str, RequestState] = {}
         self.view = ClusterView()
         self.idle_since: dict[str, float] = {}
@@ -110,6 +113,7 @@ class Controller:
         return task
 
     async def aclose(self) -> None:
+        await self.ray.gcs.aclose()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -139,10 +143,15 @@ class Controller:
     async def run(self) -> None:
         """Run until cancelled."""
         try:
+            ray = await self.ray.detect()
+            if ray is not None:
+                ray.add_handler(self._on_event)
+                self.reflectors = (*self.reflectors, ray)
             for reflector in self.reflectors:
                 self.spawn(reflector.run(), f"reflector {reflector.resource.plural}")
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             await self.provider.start()
+            self.ray.recover()
             await self.reconcile()
             self.ready = True
             log.info("synced and reconciled; serving classes %s%s", ", ".join(self.settings.classes),
@@ -212,11 +221,12 @@ class Controller:
         return TOKEN_LABEL in ((node.get("metadata") or {}).get("labels") or {})
 
     def forget(self, st: RequestState) -> None:
-        """The PR is gone. Units still coming up for it are released; finished ones stay as ordinary nodes."""
+        """The PR (or RayCluster) is gone. Units still coming up for it are released; finished ones stay as
+        ordinary nodes."""
         st.deleted = True
         self.states.pop(st.pr.uid, None)
         if phase(st) is Phase.PROVISIONING and not st.busy and st.record is not None:
-            self.spawn(self.release(st, "its ProvisioningRequest was deleted"), f"release {st.key}")
+            self.spawn(self.release(st, f"its {self.kind(st)} was deleted"), f"release {st.key}")
         if phase(st) is Phase.BOOKED:
             self.capacity_freed()
 
@@ -242,7 +252,8 @@ class Controller:
             else:
                 st.pr = pr
         for uid in set(self.states) - live:
-            self.forget(self.states[uid])
+            if not isinstance(self.states[uid], RayGangState):  # the Ray source keeps those
+                self.forget(self.states[uid])
 
     async def reconcile(self) -> None:
         """Before the first plan: settle every recorded intent with the provider (DESIGN decision 12)."""
@@ -253,6 +264,9 @@ class Controller:
             record = from_status(obj.get("status") or {})
             if record is not None:
                 known.update(record.tokens)
+        for st in self.states.values():
+            if st.record is not None:
+                known.update(st.record.tokens)
         for st in sorted(self.states.values(), key=lambda s: s.key):
             if phase(st) is not Phase.PROVISIONING or st.record is None:
                 continue
@@ -314,7 +328,7 @@ class Controller:
         if st.deleted:
             # Deleted at any point of the scale-up (forget() leaves a busy request to its task): hand back
             # whatever was obtained.
-            await self.release(st, "its ProvisioningRequest was deleted while the units were obtained")
+            await self.release(st, f"its {self.kind(st)} was deleted while the units were obtained")
 
     async def release(self, st: RequestState, why: str, steps: Sequence[Any] | None = None,
                       nodes: Sequence[str] = ()) -> None:
@@ -344,7 +358,10 @@ class Controller:
             if not self.settings.dry_run:
                 try:
                     async with self._write_slots:
-                        await apply_provreq_status(self.http, st.pr.namespace, st.pr.name, body, uid=st.pr.uid)
+                        if isinstance(st, RayGangState):
+                            await self.ray.write(st)
+                        else:
+                            await apply_provreq_status(self.http, st.pr.namespace, st.pr.name, body, uid=st.pr.uid)
                 except ApiError as exc:
                     if exc.not_found or exc.conflict:
                         st.deleted = True
@@ -369,19 +386,26 @@ class Controller:
 
     async def flush_events(self, st: RequestState) -> None:
         events, st.events = st.events, []
+        if isinstance(st, RayGangState):
+            for _, reason, _ in events:
+                self.metrics.ray_event(st.pr.namespace, st.pr.name, reason)
         if self.settings.dry_run or st.deleted:
             return
         for event_type, reason, message in events:
             await self.recorder.record(st.pr.obj, event_type, reason, message, self.clock.now())
 
     async def delete(self, st: RequestState) -> None:
-        if self.settings.dry_run:
+        if self.settings.dry_run or isinstance(st, RayGangState):
             return
         try:
             await delete_provreq(self.http, st.pr.namespace, st.pr.name, st.pr.uid)
             log.info("deleted %s: its outcome is older than %ss", st.key, self.settings.terminal_ttl)
         except ApiError as exc:
             log.warning("could not delete %s: %s", st.key, exc)
+
+    @staticmethod
+    def kind(st: RequestState) -> str:
+        return "RayCluster" if isinstance(st, RayGangState) else "ProvisioningRequest"
 
     def debug_plans(self) -> dict[str, Any]:
         """What ``GET /debug/plans`` shows: the last pass's decisions, recent scale-downs, every request's phase."""

@@ -19,12 +19,14 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gangscale.clock import parse_rfc3339, rfc3339
 from gangscale.controller import conditions as C
 from gangscale.controller.actuator import ScaleUpFailed
 from gangscale.controller.bookings import consumed_on, live_bookings, planned_booking
+from gangscale.controller.raystate import RayGangState
 from gangscale.controller.requests import Phase, RequestState, phase
 from gangscale.controller.scaledown import next_due, plan_scale_down
 from gangscale.controller.transitions import WARNING, Actions
@@ -36,6 +38,13 @@ from gangscale.model.snapshot import Booking, PoolState, Snapshot
 from gangscale.planner import explain, plan, summarize
 from gangscale.providers.base import ErrorClass
 from gangscale.sources.provreq import CHECK_CAPACITY_CLASSES, PodSetError, build_gang, template_names
+from gangscale.sources.raycluster import (
+    RayClusterError,
+    WorkerPod,
+    bound_pods,
+    parse_raycluster,
+    workers_by_cluster,
+)
 
 if TYPE_CHECKING:
     from gangscale.controller.loop import Controller
@@ -50,7 +59,9 @@ class Pass:
         #: The latest decision per request, kept until it is re-planned or the request is gone.
         self.latest: dict[str, JSON] = {}
         self.scale_downs: list[JSON] = []
-        self._priorities: dict[tuple[str, str], int] = {}
+        #: (namespace, workload) -> (spec.priority, the RayCluster owning the Workload if any).
+        self._workloads: dict[tuple[str, str], tuple[int, str | None]] = {}
+        self._workers: dict[tuple[str, str], list[WorkerPod]] | None = None
         #: Clock time of the last pass: what was due by then, it handled.
         self.ran_at = ctl.clock.now()
 
@@ -60,8 +71,10 @@ class Pass:
         ctl = self.ctl
         started = time.perf_counter()
         now = self.ran_at = ctl.clock.now()
+        self._workers = None
         ctl.refresh_states()
         ctl.view.refresh(ctl.nodes.cache.values(), ctl.pods.cache.values())
+        ctl.ray.refresh(now)
         acts = Actions()
         pending = self.advance(now, acts)
         gangs = await self.gangs(pending, now)
@@ -139,16 +152,40 @@ class Pass:
 
     async def gang_of(self, st: RequestState, *, may_scale: bool | None = None) -> Gang | str:
         """The request's gang, or the reason it has none."""
+        if isinstance(st, RayGangState):
+            if st.gang is None:
+                return "the gang's worker groups are gone from the RayCluster"
+            return st.gang if may_scale is None else replace(st.gang, may_scale=may_scale)
         ctl, pr = self.ctl, st.pr
         found: dict[str, JSON | None] = {}
         for name in dict.fromkeys(template_names(pr)):
             found[name] = ctl.templates.get(pr.namespace, name) or await self.live_template(pr.namespace, name)
-        priority = await self.priority(pr.namespace, pr.workload_owner())
+        priority, raycluster = await self.workload(pr.namespace, pr.workload_owner())
         scale = pr.class_name not in CHECK_CAPACITY_CLASSES if may_scale is None else may_scale
         try:
-            return build_gang(pr, found.get, priority=priority, may_scale=scale)
+            gang = build_gang(pr, found.get, priority=priority, may_scale=scale)
         except PodSetError as exc:
             return str(exc)
+        return self.less_bound(gang, pr.namespace, pr.name, raycluster) if raycluster else gang
+
+    def less_bound(self, gang: Gang, namespace: str, pr_name: str, raycluster: str) -> Gang:
+        """A PR of a RayCluster's Workload (an elastic slice counts every pod the cluster should have): the
+        replicas already on nodes keep their capacity, so only the rest is provisioned (decision 10)."""
+        ray = self.ctl.ray.reflector
+        obj = ray.get(namespace, raycluster) if ray is not None else None
+        if obj is None:
+            return gang
+        try:
+            cluster = parse_raycluster(obj)
+        except RayClusterError:
+            return gang
+        if self._workers is None:
+            self._workers = workers_by_cluster(self.ctl.pods.cache.values())
+        less = bound_pods(gang, pr_name, cluster, self._workers.get((namespace, raycluster), []))
+        if less != gang:
+            log.info("%s: %s of its pods belong to replicas of RayCluster %s already on nodes; provisioning the rest",
+                     gang.key, gang.pods - less.pods, raycluster, extra={"pr": gang.key})
+        return less
 
     async def live_template(self, namespace: str, name: str) -> JSON | None:
         """A template the cache has not seen: the watch of PodTemplates may lag the watch of requests."""
@@ -161,22 +198,26 @@ class Pass:
                 log.warning("could not read podtemplate %s/%s: %s", namespace, name, exc)
             return None
 
-    async def priority(self, namespace: str, workload: str | None) -> int:
-        """The owning Workload's ``spec.priority`` (0 without one, or when Kueue is not installed)."""
+    async def workload(self, namespace: str, workload: str | None) -> tuple[int, str | None]:
+        """The owning Workload's ``spec.priority`` (0 without one, or when Kueue is not installed) and the
+        RayCluster that owns the Workload, if one does."""
         if workload is None:
-            return 0
+            return 0, None
         key = (namespace, workload)
-        if key not in self._priorities:
+        if key not in self._workloads:
             try:
                 obj = await self.ctl.http.request("GET", WORKLOADS.path(namespace, workload))
-                value = (obj.get("spec") or {}).get("priority")
-                self._priorities[key] = int(value) if isinstance(value, int) else 0
             except ApiError as exc:
                 if not exc.not_found:
                     log.warning("could not read workload %s/%s for its priority: %s", namespace, workload, exc)
-                    return 0
-                self._priorities[key] = 0
-        return self._priorities[key]
+                    return 0, None
+                self._workloads[key] = (0, None)
+            else:
+                value = (obj.get("spec") or {}).get("priority")
+                owner = next((str(ref.get("name")) for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+                              if ref.get("kind") == "RayCluster" and ref.get("controller")), None)
+                self._workloads[key] = (int(value) if isinstance(value, int) else 0, owner)
+        return self._workloads[key]
 
     async def rebook(self, now: float) -> None:
         """Provisioned requests whose booking was lost (a restart) book free capacity again, before anybody."""
@@ -367,7 +408,8 @@ class Pass:
                 case Phase.DONE if s.terminal_ttl:
                     stamps = [parse_rfc3339(c.last_transition) or now for c in st.conditions.values()]
                     times.append(max(stamps, default=now) + s.terminal_ttl)
-        for extra in (ctl.backoffs.next_expiry(now), next_due(ctl.idle_since, s.scale_down_unneeded_time)):
+        for extra in (ctl.backoffs.next_expiry(now), next_due(ctl.idle_since, s.scale_down_unneeded_time),
+                      ctl.ray.next_wake()):
             if extra is not None:
                 times.append(extra)
         # A time due by ``now`` was handled by the pass at ``now`` (or waits on a task or an event): waking

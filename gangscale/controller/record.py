@@ -67,7 +67,11 @@ def step_token(uid: str, attempt: int, index: int, now: float) -> str:
 
 def from_status(status: dict[str, Any]) -> Record | None:
     """The record in a PR's status, or None (absent or unreadable: a record we cannot read is not ours)."""
-    raw = (status.get("provisioningClassDetails") or {}).get(DETAIL_KEY)
+    return parse_detail((status.get("provisioningClassDetails") or {}).get(DETAIL_KEY))
+
+
+def parse_detail(raw: str | None) -> Record | None:
+    """A record from its JSON text (:meth:`Record.to_detail`), or None when absent or unreadable."""
     if not raw:
         return None
     try:

@@ -44,5 +44,15 @@ class Settings:
     provider_attempts: int = 5
     #: Status writes and provider calls running at once.
     concurrency: int = 32
+    #: Watch autoscaling RayClusters (not managed by Kueue) as a demand source, when the API serves them.
+    ray: bool = True
+    #: Ray autoscaler steps arriving within this window merge into one gang: a gang forms once the demand has
+    #: not changed for ``ray_batch_idle`` (longer than the autoscaler's 5-s iteration) or after ``ray_batch_max``.
+    ray_batch_idle: float = 6.0
+    ray_batch_max: float = 30.0
+    #: Read pending placement groups from the head's GCS (needs the ``gangscale[ray]`` extra).
+    ray_gcs: bool = True
+    ray_gcs_interval: float = 5.0
+    ray_gcs_timeout: float = 2.0
     #: ``/healthz`` fails when no pass completed for this long while work was waiting.
     max_inactivity: float = 10 * MINUTE

@@ -36,6 +36,16 @@ Series (the names and labels are the public API):
     Duration of each planning pass. :meth:`Metrics.plan_pass`.
 ``gangscale_gangs_planned`` (gauge)
     Gangs considered in the last planning pass. :meth:`Metrics.plan_pass`.
+``gangscale_ray_gang_events_total{namespace, raycluster, reason, dry_run}`` (counter)
+    Events about Ray gangs per RayCluster, by Event reason (``ScaleUp``, ``Provisioned``, ``CapacityNotFound``,
+    ``ScaleUpFailed``, ``ScaleUpTimedOut``, ``GangWithdrawn``, ``GangPlaced``, ``GangUnplaceable``,
+    ``InvalidRayCluster``). :meth:`Metrics.ray_event`.
+``gangscale_ray_missing_replicas{namespace, raycluster, group}`` (gauge)
+    Worker replicas a RayCluster wants that have no node and none coming. :meth:`Metrics.set_ray_missing`,
+    replace semantics.
+``gangscale_ray_gcs_reachable{namespace, raycluster}`` (gauge)
+    1 when the last read of the RayCluster head's GCS succeeded, else 0 (only with the ``gangscale[ray]`` extra).
+    :meth:`Metrics.set_ray_gcs`, replace semantics.
 
 "Replace semantics": the call gives the complete current picture; label sets missing from it are removed rather
 than left at their last value, so a deleted pool or an emptied state does not linger on dashboards.
@@ -159,6 +169,31 @@ class Metrics:
             "gangscale_gangs_planned", "Gangs considered in the last planning pass.", registry=r
         )
 
+        self._ray_events = Counter(
+            "gangscale_ray_gang_events_total",
+            "Events about Ray gangs, per RayCluster and reason.",
+            ["namespace", "raycluster", "reason", "dry_run"],
+            registry=r,
+        )
+        self._ray_missing = _ReplacingGauge(
+            Gauge(
+                "gangscale_ray_missing_replicas",
+                "Worker replicas a RayCluster wants that have no node and none coming.",
+                ["namespace", "raycluster", "group"],
+                registry=r,
+            ),
+            arity=3,
+        )
+        self._ray_gcs = _ReplacingGauge(
+            Gauge(
+                "gangscale_ray_gcs_reachable",
+                "1 when the last read of the RayCluster head's GCS succeeded.",
+                ["namespace", "raycluster"],
+                registry=r,
+            ),
+            arity=2,
+        )
+
     def outcome(self, cls: str, outcome: str) -> None:
         """Count one condition outcome (its reason) written to a ProvisioningRequest of class ``cls``."""
         self._outcomes.labels(cls, outcome, self._dry).inc()
@@ -207,6 +242,18 @@ class Metrics:
         """Record one planning pass: its duration and the number of gangs it considered."""
         self._plan_pass.observe(max(0.0, seconds))
         self._gangs_planned.set(gangs)
+
+    def ray_event(self, namespace: str, raycluster: str, reason: str) -> None:
+        """Count one Event about a Ray gang of ``namespace/raycluster``."""
+        self._ray_events.labels(namespace, raycluster, reason, self._dry).inc()
+
+    def set_ray_missing(self, missing: Mapping[tuple[str, str, str], int]) -> None:
+        """Replace the missing replicas, keyed by ``(namespace, raycluster, group)``."""
+        self._ray_missing.replace(missing.items())
+
+    def set_ray_gcs(self, reachable: Mapping[tuple[str, str], bool]) -> None:
+        """Replace the GCS reachability, keyed by ``(namespace, raycluster)``."""
+        self._ray_gcs.replace((key, 1.0 if up else 0.0) for key, up in reachable.items())
 
     def render(self) -> tuple[bytes, str]:
         """The exposition of every series: ``(body, content type)``."""

@@ -8,7 +8,12 @@ alone and a per-pod autoscaler reacts to pending pods.
 
 ``workload_manifest`` expands a workload's shorthand into a Job, JobSet, RayJob or RayCluster with the
 labels Kueue's job integrations read (``kueue.x-k8s.io/queue-name``, ``kueue.x-k8s.io/priority-class``) and
-the run time the job emulator reads (annotation ``sim.gangscale.io/duration``).
+the run time the job emulator reads (annotation ``sim.gangscale.io/duration``). A RayCluster is created
+suspended only when it names a queue (Kueue's webhook would suspend it). ``autoscaling: true`` adds
+``enableInTreeAutoscaling``, ``autoscalerOptions`` (``upscalingMode: Default``, the workload's
+``idleTimeoutSeconds``) and, per worker group, ``scaleStrategy: {}`` (see :func:`_worker_group`); worker
+groups get ``minReplicas`` (default 0), ``maxReplicas`` (default: ``replicas`` without autoscaling, the
+CRD's 2147483647 with it) and ``idleTimeoutSeconds`` when set.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from gangscale.sim.scenario import (
 
 JSON = dict[str, Any]
 KUEUE = "kueue.x-k8s.io/v1beta2"
+#: The CRD's default ``maxReplicas``.
+INT32_MAX = 2**31 - 1
 
 
 def kueue_objects(scenario: Scenario, *, baseline: bool = False) -> list[JSON]:
@@ -144,13 +151,36 @@ def _ray_cluster_spec(w: Workload) -> JSON:
     spec: JSON = {"headGroupSpec": {"rayStartParams": {}, "template": pod_template(head, w.name) if head else
                                     pod_template(PodSet(name="head", requests={"cpu": "1"}), w.name)},
                   "workerGroupSpecs": []}
+    if w.autoscaling:
+        spec["enableInTreeAutoscaling"] = True
+        options: JSON = {"upscalingMode": "Default"}
+        if w.idle_timeout_seconds is not None:
+            options["idleTimeoutSeconds"] = w.idle_timeout_seconds
+        spec["autoscalerOptions"] = options
     for ps in w.pod_sets:
-        if ps.head:
-            continue
-        spec["workerGroupSpecs"].append({"groupName": ps.name, "replicas": ps.replicas, "minReplicas": 0,
-                                         "maxReplicas": max(ps.replicas, 1), "numOfHosts": ps.num_of_hosts,
-                                         "rayStartParams": {}, "template": pod_template(ps, w.name)})
+        if not ps.head:
+            spec["workerGroupSpecs"].append(_worker_group(ps, w))
     return spec
+
+
+def _worker_group(ps: PodSet, w: Workload) -> JSON:
+    low = ps.min_replicas or 0
+    if w.autoscaling:
+        # Unset: the group starts at its minimum and may grow as far as the CRD's default allows.
+        replicas = ps.replicas if "replicas" in ps.model_fields_set else low
+        high = ps.max_replicas if ps.max_replicas is not None else INT32_MAX
+    else:
+        replicas = ps.replicas
+        high = ps.max_replicas if ps.max_replicas is not None else max(ps.replicas, 1)
+    group: JSON = {"groupName": ps.name, "replicas": replicas, "minReplicas": low, "maxReplicas": high,
+                   "numOfHosts": ps.num_of_hosts, "rayStartParams": {}, "template": pod_template(ps, w.name)}
+    if ps.idle_timeout_seconds is not None:
+        group["idleTimeoutSeconds"] = ps.idle_timeout_seconds
+    if w.autoscaling:
+        # The Ray autoscaler writes workersToDelete with a JSON patch `replace`. kube-apiserver (evanphx/json-patch
+        # v4) also replaces a missing member, but the embedded API server refuses to, so the member is written.
+        group["scaleStrategy"] = {}
+    return group
 
 
 def _rayjob(w: Workload) -> JSON:
@@ -160,5 +190,7 @@ def _rayjob(w: Workload) -> JSON:
 
 
 def _raycluster(w: Workload) -> JSON:
+    # Kueue's webhook suspends a queued RayCluster; one without a queue runs as created.
+    suspend = {"suspend": True} if w.queue else {}
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {},
-            "spec": {"suspend": True, **_ray_cluster_spec(w)}}
+            "spec": {**suspend, **_ray_cluster_spec(w)}}

@@ -4,8 +4,8 @@ The observer reads ProvisioningRequests, Workloads, Nodes and Events each round 
 PR's ``Provisioned``/``Failed`` condition changing, nodes of a managed pool appearing, turning Ready and going
 away, and the autoscaler's warning Events (a scale-up rolled back, timed out; a booking revoked). It never
 writes to the API server, so it works the same for gangscale and for the baseline autoscaler, and it also
-keeps what the report needs about nodes: when each appeared, turned Ready and disappeared, and how many
-accelerators it had.
+keeps what the report needs about nodes: when each appeared, turned Ready and disappeared, how many
+accelerators it had, and the scale-up token it carries (nodes of one token came up as one gang).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from gangscale.kube.resources import EVENTS, NODES, PROVREQS, WORKLOADS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import POOL_LABEL
-from gangscale.providers.base import UNIT_LABEL
+from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
 from gangscale.sim.world import (
     ACCELERATOR_RESOURCES,
     NODES_READY,
@@ -46,6 +46,8 @@ class NodeLife:
     created: float
     ready: float | None = None
     gone: float | None = None
+    #: The ``gangscale.io/token`` of the scale-up that made it ("" for a node made otherwise).
+    token: str = ""
 
 
 def accelerators_of(resources: JSON) -> int:
@@ -113,7 +115,8 @@ class Observer:
             life = self.nodes.get(name)
             if life is None or life.gone is not None:
                 life = NodeLife(name, labels.get(POOL_LABEL, ""), labels.get(UNIT_LABEL, name),
-                                accelerators_of((node.get("status") or {}).get("allocatable") or {}), now)
+                                accelerators_of((node.get("status") or {}).get("allocatable") or {}), now,
+                                token=labels.get(TOKEN_LABEL, ""))
                 self.nodes[name] = life
                 created[life.pool].append(name)
             if life.ready is None and _ready(node):

@@ -1,7 +1,8 @@
 """Run a scenario on a whole simulated cluster and collect what happened.
 
-``gangscale`` mode: Kueue (queueing and the provisioning admission check), the job emulators, the scheduler
-and the real gangscale controller with the simulated cloud. ``baseline`` mode: the same scenario with the
+``gangscale`` mode: Kueue (queueing and the provisioning admission check), the job emulators, the Ray
+autoscaler of autoscaling RayClusters (when the scenario has one), the scheduler and the real gangscale
+controller with the simulated cloud. ``baseline`` mode: the same scenario with the
 classic setup instead — no admission check on the ClusterQueues (Kueue admits on quota alone) and a per-pod
 autoscaler in place of gangscale, so the two can be compared on equal terms.
 """
@@ -23,6 +24,8 @@ from gangscale.sim.kueue.core import KueueCore
 from gangscale.sim.kueue.provisioning import ProvisioningCheck
 from gangscale.sim.manifests import kueue_objects, workload_manifest
 from gangscale.sim.observer import NodeLife, Observer
+from gangscale.sim.rayautoscaler import RayAutoscaler
+from gangscale.sim.rayplan import Demand
 from gangscale.sim.scenario import CloudChange, Scenario, Workload
 from gangscale.sim.scheduler import Scheduler
 from gangscale.sim.world import ARRIVED, FINISHED, Timeline
@@ -33,7 +36,9 @@ GANGSCALE = "gangscale"
 BASELINE = "baseline"
 
 #: The controller's batch window in the demo: the defaults (1 s idle, 10 s max) unless the scenario says.
-DEMO_SETTINGS = Settings()
+#: The simulated Ray clusters have no head process, so there is no GCS to read: Ray demand comes from the
+#: RayCluster spec alone (and no poller tries to resolve ``<cluster>-head-svc`` names).
+DEMO_SETTINGS = Settings(ray_gcs=False)
 
 
 @dataclass
@@ -79,6 +84,9 @@ async def _run(sim: SimCluster, scenario: Scenario, mode: str, speed: float | No
     if mode == GANGSCALE:
         sim.add(ProvisioningCheck(http, sim.timeline))
     sim.add(JobEmulator(await sim.client("job-controllers"), sim.timeline))
+    if any(w.autoscales for w in scenario.workloads):
+        # Right after the job controllers, so a placement group is seen placed in the round its pods start.
+        sim.add(RayAutoscaler(await sim.client("ray-autoscaler"), sim.timeline, ray_scripts(scenario, start)))
     sim.add(Scheduler(await sim.client("default-scheduler"), sim.timeline))
     if mode == BASELINE:
         sim.add(PerPodAutoscaler(await sim.client("baseline-autoscaler"), provider, sim.pools, sim.timeline))
@@ -99,6 +107,21 @@ async def _run(sim: SimCluster, scenario: Scenario, mode: str, speed: float | No
     result.end = sim.now
     result.unsettled = sim.unsettled
     return result
+
+
+def ray_scripts(scenario: Scenario, start: float) -> dict[tuple[str, str], tuple[Demand, ...]]:
+    """Each autoscaling RayCluster's scripted demand, on absolute time; a demand without a duration takes its
+    workload's."""
+    out = {}
+    for w in scenario.workloads:
+        if not w.ray_demand:
+            continue
+        withdrawn = {d.withdraw: start + d.at for d in w.ray_demand if d.withdraw is not None}
+        out[(w.namespace, w.name)] = tuple(
+            Demand(name=d.name, group=str(d.group), replicas=int(d.replicas or 0), at=start + d.at,
+                   withdraw_at=withdrawn.get(d.name), duration=d.duration if d.duration is not None else w.duration)
+            for d in w.ray_demand if d.name is not None)
+    return out
 
 
 def _cloud_action(sim: SimCluster, change: CloudChange) -> Action:

@@ -32,10 +32,25 @@ short::
           - {name: slice, replicas: 2, parallelism: 2, limits: {google.com/tpu: 4},
              nodeSelector: {cloud.google.com/gke-tpu-topology: 2x4}}
         manifest: {...}             # instead of kind/podSets: the job exactly as written
+      - name: ray                   # an autoscaling RayCluster (no queue: Kueue does not manage it)
+        kind: RayCluster
+        autoscaling: true           # enableInTreeAutoscaling; idleTimeoutSeconds: N sets autoscalerOptions
+        duration: 10m               # how long each placed demand holds its replicas (unless it says)
+        podSets:
+          - {name: head, head: true, requests: {cpu: "2"}}
+          - {name: gpu, minReplicas: 0, maxReplicas: 16, idleTimeoutSeconds: 60, limits: {nvidia.com/gpu: 1}}
+        rayDemand:                  # placement groups the Ray app asks for; `at` counts from the start
+          - {at: 1m, name: pg-16gpu, group: gpu, replicas: 16}
+          - {at: 9m, withdraw: pg-16gpu}
 
 The shorthand expands to the same manifests a user would write (labels ``kueue.x-k8s.io/queue-name`` and
 ``kueue.x-k8s.io/priority-class``, annotation ``sim.gangscale.io/duration``); ``gangscale demo --show FILE``
 is not provided, but :func:`workload_manifest` is what the tests use to check the expansion.
+
+An autoscaling RayCluster's work is its ``rayDemand`` (see :mod:`gangscale.sim.rayautoscaler`): a demand is
+placed once its group runs enough replicas, holds them for its ``duration`` (else the workload's; with
+neither, until it is withdrawn), and is then released; the workload has finished once every demand was
+released or withdrawn. A worker group's ``replicas`` defaults to its ``minReplicas`` there.
 """
 
 from __future__ import annotations
@@ -45,7 +60,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from gangscale.config import ConfigError, parse_duration, parse_pool_file
@@ -146,11 +161,39 @@ class PodSet(_Model):
     replicas: int = Field(default=1, ge=0)
     parallelism: int = Field(default=1, ge=1)
     num_of_hosts: int = Field(default=1, ge=1)
+    # Ray worker groups only: the autoscaler's bounds and this group's idle timeout.
+    min_replicas: int | None = Field(default=None, ge=0)
+    max_replicas: int | None = Field(default=None, ge=0)
+    idle_timeout_seconds: int | None = Field(default=None, ge=0)
     head: bool = False
     requests: dict[str, int | str] = Field(default_factory=dict)
     limits: dict[str, int | str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[JSON] = Field(default_factory=list)
+
+
+class RayDemand(_Model):
+    """A placement group a Ray app asks for (``name``, ``group``, ``replicas``, optional ``duration``), or the
+    withdrawal of one asked for earlier (``withdraw: name``); ``at`` counts from the scenario's start."""
+
+    at: float
+    name: str | None = None
+    group: str | None = None
+    replicas: int | None = Field(default=None, ge=1)
+    duration: float | None = None
+    withdraw: str | None = None
+
+    _times = field_validator("at", "duration", mode="before")(lambda v: None if v is None else _seconds(v))
+
+    @model_validator(mode="after")
+    def _one_form(self) -> RayDemand:
+        asks = (self.name, self.group, self.replicas)
+        if self.withdraw is not None:
+            if any(v is not None for v in (*asks, self.duration)):
+                raise ValueError("a withdrawal has only `at` and `withdraw`")
+        elif any(v is None for v in asks):
+            raise ValueError("a demand needs `name`, `group` and `replicas` (or `withdraw: <name>`)")
+        return self
 
 
 class Workload(_Model):
@@ -164,9 +207,27 @@ class Workload(_Model):
     annotations: dict[str, str] = Field(default_factory=dict)
     pod_sets: list[PodSet] = Field(default_factory=list)
     manifest: JSON | None = None
+    # Autoscaling RayClusters (not managed by Kueue): the Ray autoscaler and the demand it sees.
+    autoscaling: bool = False
+    idle_timeout_seconds: int | None = Field(default=None, ge=0)
+    ray_demand: list[RayDemand] = Field(default_factory=list)
 
     _times = field_validator("at", "duration", mode="before")(
         lambda v: None if v is None else _seconds(v))
+
+    def worker_groups(self) -> list[str]:
+        """Ray worker group names, from the pod sets or the manifest."""
+        if self.manifest is not None:
+            groups = ((self.manifest.get("spec") or {}).get("workerGroupSpecs")) or []
+            return [str(g.get("groupName", "")) for g in groups if isinstance(g, dict)]
+        return [ps.name for ps in self.pod_sets if not ps.head]
+
+    @property
+    def autoscales(self) -> bool:
+        """The Ray autoscaler runs for this workload (the shorthand's flag, or a manifest that enables it)."""
+        if self.manifest is not None:
+            return (self.manifest.get("spec") or {}).get("enableInTreeAutoscaling") is True
+        return self.autoscaling
 
 
 class Scenario(_Model):
@@ -228,8 +289,61 @@ def _check_references(scenario: Scenario, source: str) -> None:
             problems.append(f"workloads[{w.name}].priorityClass: no priority class named {w.priority_class!r}")
         if w.manifest is None and not w.pod_sets:
             problems.append(f"workloads[{w.name}]: needs podSets (or a manifest)")
+        problems += _ray_problems(w)
     if problems:
         raise ScenarioError(f"{source}: invalid scenario:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _ray_problems(w: Workload) -> list[str]:
+    where = f"workloads[{w.name}]"
+    problems = []
+    ray = w.kind in ("RayJob", "RayCluster")
+    for ps in w.pod_sets:
+        ray_only = [f for f in ("min_replicas", "max_replicas", "idle_timeout_seconds") if getattr(ps, f) is not None]
+        if ray_only and (not ray or ps.head):
+            problems.append(f"{where}.podSets[{ps.name}]: {', '.join(to_camel(f) for f in ray_only)} "
+                            "only apply to Ray worker groups")
+        if ps.min_replicas is not None and ps.max_replicas is not None and ps.min_replicas > ps.max_replicas:
+            problems.append(f"{where}.podSets[{ps.name}]: minReplicas {ps.min_replicas} exceeds maxReplicas "
+                            f"{ps.max_replicas}")
+    if (w.autoscaling or w.idle_timeout_seconds is not None) and w.kind != "RayCluster":
+        problems.append(f"{where}: autoscaling and idleTimeoutSeconds apply to a RayCluster only")
+    if w.autoscaling and w.manifest is not None:
+        problems.append(f"{where}: with a manifest, set spec.enableInTreeAutoscaling in it instead of autoscaling")
+    if w.autoscales and w.queue:
+        problems.append(f"{where}: an autoscaling RayCluster managed by Kueue (queue) is not simulated; "
+                        "drop the queue")
+    if not w.ray_demand:
+        return problems
+    if w.kind != "RayCluster" or not w.autoscales:
+        return [*problems, f"{where}.rayDemand: needs an autoscaling RayCluster (kind: RayCluster, "
+                "autoscaling: true)"]
+    return problems + _demand_problems(w, where)
+
+
+def _demand_problems(w: Workload, where: str) -> list[str]:
+    problems = []
+    groups = w.worker_groups()
+    asked: dict[str, float] = {}
+    withdrawn: set[str] = set()
+    for i, d in enumerate(w.ray_demand):
+        if d.withdraw is not None:
+            if d.withdraw not in asked:
+                problems.append(f"{where}.rayDemand[{i}].withdraw: no demand named {d.withdraw!r} asked for earlier")
+            elif d.at < asked[d.withdraw]:
+                problems.append(f"{where}.rayDemand[{i}]: withdraws {d.withdraw!r} before it is asked for")
+            elif d.withdraw in withdrawn:
+                problems.append(f"{where}.rayDemand[{i}]: {d.withdraw!r} is withdrawn twice")
+            withdrawn.add(d.withdraw)
+            continue
+        assert d.name is not None
+        if d.name in asked:
+            problems.append(f"{where}.rayDemand[{i}].name: {d.name!r} is used twice")
+        asked[d.name] = d.at
+        if d.group not in groups:
+            problems.append(f"{where}.rayDemand[{i}].group: no worker group named {d.group!r} "
+                            f"(worker groups: {', '.join(groups) or 'none'})")
+    return problems
 
 
 def builtin_names() -> list[str]:

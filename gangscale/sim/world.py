@@ -43,6 +43,10 @@ SCALE_UP = "scale-up"              # nodes were created; subject = pool; data: n
 NODES_READY = "ready"              # nodes became Ready; subject = pool; data: nodes        (observer)
 SCALE_DOWN = "scale-down"          # nodes were deleted; subject = pool; data: nodes        (observer)
 SCALE_UP_FAILED = "rolled-back"    # a warning Event of the autoscaler on a PR; data: reason (observer)
+RAY_DEMAND = "ray-demand"          # a placement group asked for, placed, released or withdrawn;
+                                   # data: demand, group, replicas, event            (ray autoscaler)
+RAY_SCALE = "ray-scale"            # the Ray autoscaler patched a RayCluster's worker group;
+                                   # data: group, old, new, workersToDelete          (ray autoscaler)
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,9 @@ JSON_PATCH_CASES = [
     ("slash-key", {"a/b": 1}, [{"op": "replace", "path": "/a~1b", "value": 2}], {"a/b": 2}),
     ("test-null-on-missing-member", {"a": 1}, [{"op": "test", "path": "/b", "value": None}], {"a": 1}),
     ("null-document", {"a": 1}, None, {"a": 1}),
+    # v4's partialDoc.get never fails for a missing key, so replace adds the member (the Ray autoscaler's
+    # scaleStrategy patch depends on it).
+    ("replace-missing-member-adds-it", {"a": 1}, [{"op": "replace", "path": "/b", "value": 2}], {"a": 1, "b": 2}),
 ]
 
 
@@ -153,7 +156,8 @@ JSON_PATCH_FAILURES = [
     ("A12-add-to-missing-parent", {"foo": "bar"}, [{"op": "add", "path": "/baz/bat", "value": "qux"}]),
     ("A15-string-is-not-number", {"/": 9, "~1": 10}, [{"op": "test", "path": "/~01", "value": "10"}]),
     ("remove-missing", {"a": 1}, [{"op": "remove", "path": "/b"}]),
-    ("replace-missing", {"a": 1}, [{"op": "replace", "path": "/b", "value": 2}]),
+    ("replace-past-array-end", {"a": [1]}, [{"op": "replace", "path": "/a/1", "value": 2}]),
+    ("replace-under-missing-parent", {"a": 1}, [{"op": "replace", "path": "/b/c", "value": 2}]),
     ("index-out-of-range", {"a": [1]}, [{"op": "add", "path": "/a/5", "value": 2}]),
     ("dash-only-for-add", {"a": [1]}, [{"op": "remove", "path": "/a/-"}]),
     ("unknown-op", {"a": 1}, [{"op": "frobnicate", "path": "/a"}]),

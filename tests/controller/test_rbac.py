@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.builders import PODTEMPLATES, PROVREQS, WORKLOADS
+from gangscale.kube.resources import SECRETS
+from tests.builders import PODTEMPLATES, PROVREQS, RAYCLUSTERS, WORKLOADS
 from tests.conftest import wait_for
 from tests.controller.harness import running_cluster
 from tests.deploy import manifests as m
+from tests.raybuilders import group, raycluster
 
 TPU = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice", "cloud.google.com/gke-tpu-topology": "2x4"}
 DAY = 86400.0
@@ -66,6 +68,18 @@ async def test_the_cluster_roles_grant_exactly_what_the_code_uses(tmp_path: Path
         async def deleted() -> bool:
             return await cl.get_pr("kept") is None and await cl.get_pr("missing") is None
         await wait_for(deleted, timeout=10)
+        # Ray demand: a gang's intent is an annotation on its RayCluster; a token-auth cluster's Secret is read
+        # for its GCS (which does not answer here).
+        await cl.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ray-token"},
+                                  "data": {"auth_token": "c2VjcmV0"}})
+        await cl.create(RAYCLUSTERS, raycluster("ray", [group("gpu", replicas=1, limits={"nvidia.com/gpu": "8"})],
+                                                authOptions={"mode": "token", "secretName": "ray-token"}))
+        await cl.idle()
+        await cl.advance(7)
+
+        async def ray_gang() -> bool:
+            return any(c.operation == "obtain" and c.pool == "gpu" for p in cl.history for c in p.calls)
+        await wait_for(ray_gang, timeout=10)
         # A template that exists but that the reflector has not seen yet is fetched with a GET.
         await cl.http.request("DELETE", PODTEMPLATES.path("default", "slice"))
         assert await cl.get_pr("kept") is None

@@ -6,7 +6,7 @@ tests and the demo, and standalone through ``gangscale sim apiserver``.
 
 What it reproduces of a real kube-apiserver (v1.36), module by module:
 
-- ``resources`` / ``builtin``: core v1 pods, nodes, podtemplates, events, namespaces;
+- ``resources`` / ``builtin``: core v1 pods, nodes, podtemplates, secrets, events, namespaces;
   events.k8s.io/v1 events (same storage as core events, converted field by field);
   coordination.k8s.io/v1 leases; batch/v1 jobs (status subresource, generated selector and labels);
   apiextensions.k8s.io/v1 customresourcedefinitions; and, installed as CRDs at start,

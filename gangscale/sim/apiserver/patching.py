@@ -5,7 +5,8 @@
 this one holds ``application/json-patch+json``.
 
 Reproduces evanphx/json-patch v4 ``DecodePatch``/``Apply`` (RFC 6902, ``-`` index, ``~0``/``~1`` escapes,
-at most 10000 operations (413), ``test`` of a missing member against null passes). An undecodable
+at most 10000 operations (413), ``test`` of a missing member against null passes, ``replace`` of a missing
+object member adds it). An undecodable
 document is a 400 with Go's decoding message; a patch that fails to apply is the 422
 ``NewGenericServerResponse`` builds, whose message is the fixed "the server rejected our request due to
 an error in our request" (the underlying error is chained as ``__cause__`` for debugging; the real
@@ -147,8 +148,11 @@ def _apply_op(doc: Any, op: JSON) -> Any:
         tokens = _pointer(op, "path")
         if not tokens:
             return copy.deepcopy(op.get("value"))
-        _get(doc, tokens)  # replace needs the member to exist
         node = _parent(doc, tokens)
+        if isinstance(node, list):
+            _index(node, tokens[-1], allow_end=False)  # an array element must exist ...
+        # ... an object member need not: v4's partialDoc.get reports no error for a missing key, so replace
+        # then adds it (the Ray autoscaler relies on this for workerGroupSpecs[i].scaleStrategy).
         node[tokens[-1] if isinstance(node, dict) else _index(node, tokens[-1], allow_end=False)] = (
             copy.deepcopy(op.get("value")))
         return doc

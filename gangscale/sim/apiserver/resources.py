@@ -87,6 +87,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("Pod", "pods", True, status_subresource=True, short_names=("po",), categories=("all",),
           has_generation=True, returns_deleted_object=True),
     _core("PodTemplate", "podtemplates", True),
+    _core("Secret", "secrets", True),
     _core("Event", "events", True, short_names=("ev",)),
     # batch/v1 Jobs have no short name upstream (``kubectl get job`` resolves through the singular name).
     ResourceType(group="batch", version="v1", kind="Job", plural="jobs", singular="job", namespaced=True,

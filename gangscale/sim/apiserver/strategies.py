@@ -18,6 +18,8 @@ What is reproduced, and from where upstream:
   ``batch.kubernetes.io/controller-uid``, ``batch.kubernetes.io/job-name``, ``controller-uid`` and
   ``job-name``; ``status: {}`` on create; a template ``restartPolicy`` other than ``OnFailure`` or ``Never``
   (including the defaulted ``Always``) is rejected with 422, as upstream.
+- Secrets (``pkg/apis/core/v1/conversion.go``, ``defaults.go``): ``stringData`` folded into ``data``
+  (base64) on create, ``type: Opaque`` by default.
 - Nodes (``TaintNodesByCondition`` admission): every new Node gets ``node.kubernetes.io/not-ready:NoSchedule``;
   status may be set on create (nodes allow it, kubelets rely on it).
 - Namespaces: ``spec.finalizers: [kubernetes]``, ``status.phase: Active``, label
@@ -27,7 +29,8 @@ What is reproduced, and from where upstream:
 - Custom resources with a status subresource: status dropped on create; generation bumped when anything
   but metadata and status changes.
 
-Not reproduced: the ServiceAccount admission plugin (no ``serviceAccountName`` default, no token
+Not reproduced: Secret validation (base64 ``data`` values, key names, per-type required keys, immutability)
+and ``stringData`` on update; the ServiceAccount admission plugin (no ``serviceAccountName`` default, no token
 volume), LimitRanger and ResourceQuota, pod security admission, node restriction, PriorityClass lookup
 (``priorityClassName`` is kept but ``priority`` stays 0 unless set). Jobs: the rest of Job validation
 (selector/template label match, immutable ``selector``/``completionMode``, the template being immutable
@@ -37,6 +40,7 @@ except for the scheduling directives of a suspended, never-started Job) and ``ba
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -123,6 +127,10 @@ def prepare_create(rt: ResourceType, obj: JSON) -> None:
     elif kind == "PodTemplate":
         tmpl_spec = obj.setdefault("template", {}).setdefault("spec", {})
         default_pod_spec(tmpl_spec)
+    elif kind == "Secret":
+        obj.setdefault("type", "Opaque")
+        for key, value in (obj.pop("stringData", None) or {}).items():
+            obj.setdefault("data", {})[key] = base64.b64encode(str(value).encode()).decode()
     elif kind == "Job":
         _prepare_job(obj)
     elif kind == "Node":

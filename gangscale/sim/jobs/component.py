@@ -263,10 +263,10 @@ class JobEmulator:
         return wrote
 
     async def _raycluster_pods(self, rc: JSON, snap: Snapshot, taken: set[str]) -> bool:
-        pods = snap.owned(rc, POD)
-        wrote = await self._delete_all(PODS, ray.raycluster_pods_to_delete(rc, pods))
+        plan = ray.raycluster_pod_plan(rc, snap.owned(rc, POD), self.rng, taken)
+        wrote = await self._delete_all(PODS, plan.delete)
         if self._runnable(RAYCLUSTER.kind, rc, snap):
-            for pod in ray.raycluster_pods_to_create(rc, pods, self.rng, taken):
+            for pod in plan.create:
                 wrote = await self._create(PODS, pod, RAY_OPERATOR) or wrote
         return wrote
 
@@ -314,7 +314,10 @@ class JobEmulator:
 
         async def one(kind: str, obj: JSON) -> bool:
             job_uid = uid(obj)
-            if finished(kind, obj) is not None or is_suspended(obj) or ctl.is_deleting(obj):
+            # An autoscaling RayCluster's work is its Ray demand, run by the Ray autoscaler emulator
+            # (gangscale.sim.rayautoscaler): its pod count changes all the time and is no gang.
+            if (finished(kind, obj) is not None or is_suspended(obj) or ctl.is_deleting(obj)
+                    or (kind == RAYCLUSTER.kind and ray.autoscaling_enabled(obj))):
                 self._runs.pop(job_uid, None)
                 return False
             current = kl.gang(snap.pods_of(kind, obj), expected_pods(kind, obj))

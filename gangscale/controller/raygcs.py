@@ -1,0 +1,160 @@
+"""The head's GCS as a second, earlier Ray demand source (optional: ``pip install gangscale[ray]``).
+
+For every RayCluster that is a demand source, a guarded background task reads
+``AutoscalerStateService.GetClusterResourceState`` from the head every ``ray_gcs_interval`` (the address from
+the cluster's status or the ``gangscale.io/gcs-address`` annotation; ``authorization: Bearer`` with the token
+from the cluster's auth Secret when ``authOptions.mode`` is ``token``). The latest answer gives, per worker
+group, the replicas the pending placement groups and ``request_resources`` constraints need beyond the Ray
+nodes the cluster already has (:mod:`gangscale.sources.raygangs`). :meth:`RayGcs.targets` merges that with the
+spec's replicas: the larger wins, so the whole gang is known before the autoscaler's first launch step.
+
+When the extra is not installed, the source is off, or the head does not answer (not started, a NetworkPolicy,
+a wrong token), the targets are the spec's replicas alone: the RayCluster source works without the GCS. Each
+change of reachability is logged once and exported as ``gangscale_ray_gcs_reachable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gangscale.controller.transitions import WARNING
+from gangscale.kube.errors import ApiError
+from gangscale.kube.resources import SECRETS
+from gangscale.sources.raycluster import RayCluster
+from gangscale.sources.raygangs import GroupShape, constraint_needs, gang_needs, group_ray_resources
+from gangscale.sources.raygcs import GcsReader, GcsUnavailable, ResourceState, grpc_available
+
+if TYPE_CHECKING:
+    from gangscale.controller.loop import Controller
+
+log = logging.getLogger(__name__)
+TOKEN_KEY = "auth_token"
+DEAD = "DEAD"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    address: str
+    secret: str | None
+
+
+class RayGcs:
+    def __init__(self, ctl: Controller) -> None:
+        self.ctl = ctl
+        self.on = ctl.settings.ray_gcs and grpc_available()
+        self.reader: GcsReader | None = None
+        self.latest: dict[str, ResourceState] = {}
+        self.errors: dict[str, str] = {}
+        self._polls: dict[str, tuple[Endpoint, asyncio.Task[None]]] = {}
+        self._unplaceable: set[tuple[str, str]] = set()
+
+    def track(self, clusters: Iterable[RayCluster]) -> None:
+        """One poller per demand-source cluster; restarted when its endpoint changes, stopped when it goes."""
+        if not self.on:
+            return
+        want = {c.uid: (c, Endpoint(c.gcs_address(), c.auth_secret())) for c in clusters}
+        for uid in list(self._polls):
+            if uid not in want or want[uid][1] != self._polls[uid][0]:
+                self._polls.pop(uid)[1].cancel()
+                self.latest.pop(uid, None)
+        for uid, (cluster, endpoint) in want.items():
+            if uid not in self._polls:
+                task = self.ctl.spawn(self.poll(cluster, endpoint), f"gcs {cluster.key}", progress=False)
+                self._polls[uid] = (endpoint, task)
+        reachable = {(c.namespace, c.name): c.uid in self.latest for c, _ in want.values()}
+        self.ctl.metrics.set_ray_gcs(reachable)
+
+    async def poll(self, cluster: RayCluster, endpoint: Endpoint) -> None:
+        ctl = self.ctl
+        if self.reader is None:
+            self.reader = GcsReader()
+        while True:
+            try:
+                token = await self.token(cluster, endpoint.secret)
+                state = await self.reader.read(endpoint.address, token=token, timeout=ctl.settings.ray_gcs_timeout)
+            except (GcsUnavailable, ValueError) as exc:
+                if self.errors.get(cluster.uid) != str(exc):
+                    log.warning("%s: cannot read the Ray GCS at %s (%s); using the spec's replicas only",
+                                cluster.key, endpoint.address, exc)
+                self.errors[cluster.uid] = str(exc)
+                if self.latest.pop(cluster.uid, None) is not None:
+                    ctl.kick.set()
+            else:
+                if cluster.uid in self.errors:
+                    log.info("%s: reading the Ray GCS at %s", cluster.key, endpoint.address)
+                    del self.errors[cluster.uid]
+                before = self.latest.get(cluster.uid)
+                self.latest[cluster.uid] = state
+                if before is None or (before.gangs, before.constraints, len(before.nodes)) != \
+                        (state.gangs, state.constraints, len(state.nodes)):
+                    ctl.kick.set()
+            await ctl.clock.sleep(ctl.settings.ray_gcs_interval)
+
+    async def token(self, cluster: RayCluster, secret: str | None) -> str | None:
+        if secret is None:
+            return None
+        try:
+            obj = await self.ctl.http.request("GET", SECRETS.path(cluster.namespace, secret))
+        except ApiError as exc:
+            raise GcsUnavailable(f"cannot read the auth token from Secret {cluster.namespace}/{secret}: {exc}") \
+                from exc
+        raw = (obj.get("data") or {}).get(TOKEN_KEY)
+        if not raw:
+            raise GcsUnavailable(f"Secret {cluster.namespace}/{secret} has no {TOKEN_KEY!r} key")
+        return base64.b64decode(raw).decode().strip()
+
+    def targets(self, cluster: RayCluster) -> tuple[dict[str, int], bool]:
+        """Replicas per group the cluster should have, and whether the GCS raised any beyond the spec's."""
+        spec = {g.name: g.desired for g in cluster.groups}
+        state = self.latest.get(cluster.uid)
+        if state is None:
+            return spec, False
+        ray_nodes: dict[str, int] = {}
+        for node in state.nodes:
+            if node.status != DEAD:
+                ray_nodes[node.node_type] = ray_nodes.get(node.node_type, 0) + 1
+        have = {g.name: math.ceil(ray_nodes.get(g.name, 0) / g.hosts) for g in cluster.groups}
+        try:
+            shapes = [GroupShape(g.name, group_ray_resources(g.spec), g.hosts,
+                                 max(0, g.max_replicas - max(have[g.name], g.desired)),
+                                 int(g.spec.get("priority") or 0)) for g in cluster.groups]
+        except ValueError as exc:  # a group whose Ray resources cannot be read: the spec's replicas only
+            log.debug("%s: cannot map the GCS demand onto the worker groups: %s", cluster.key, exc)
+            return spec, False
+        # request_resources() is a floor on the whole cluster, pending placement groups are demand beyond the
+        # nodes there are: the larger of the two, not their sum.
+        floor = constraint_needs(state, shapes)
+        need: dict[str, int] = {}
+        for gang in gang_needs(state, shapes):
+            if gang.unplaceable:
+                self.report_unplaceable(cluster, gang.pg_id, gang.unplaceable)
+                continue
+            for group, count in gang.replicas.items():
+                need[group] = need.get(group, 0) + count
+        out, raised = {}, False
+        for g in cluster.groups:
+            extra = max(need.get(g.name, 0), floor.get(g.name, 0))
+            gcs = min(g.max_replicas, have[g.name] + extra)
+            out[g.name] = max(spec[g.name], gcs)
+            raised = raised or gcs > spec[g.name]
+        return out, raised
+
+    def report_unplaceable(self, cluster: RayCluster, pg_id: str, why: str) -> None:
+        if (cluster.uid, pg_id) in self._unplaceable:
+            return
+        self._unplaceable.add((cluster.uid, pg_id))
+        self.ctl.ray.emit(cluster.obj, WARNING, "GangUnplaceable",
+                          f"placement group {pg_id} cannot be placed on any worker group: {why}")
+
+    async def aclose(self) -> None:
+        for _, task in self._polls.values():
+            task.cancel()
+        self._polls.clear()
+        if self.reader is not None:
+            await self.reader.aclose()
