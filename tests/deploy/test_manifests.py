@@ -66,6 +66,10 @@ CONTROLLER_RULES: set[m.Rule] = {
     ("", "pods", "watch"),
     ("", "events", "create"),
     ("kueue.x-k8s.io", "workloads", "get"),
+    ("ray.io", "rayclusters", "list"),
+    ("ray.io", "rayclusters", "watch"),
+    ("ray.io", "rayclusters", "patch"),
+    ("", "secrets", "get"),
 }
 
 #: What the simulated provider adds when it actuates (overlays/simulated-cloud only).
