@@ -18,7 +18,8 @@ RayCluster between its creation and its last pod's exit, apart from Kueue's queu
   works for its ``sim.gangscale.io/duration`` once *all* its pods run, then its pods succeed and the job
   completes (Job ``Complete``, JobSet ``Completed``, RayJob ``SUCCEEDED``/``Complete`` with its RayCluster
   deleted). A RayCluster runs until it is deleted or suspended (Kueue never finishes one; a duration on it is
-  ignored).
+  ignored); an autoscaling one's run and finish are its placement groups', recorded by the Ray autoscaler
+  emulator (``gangscale.sim.rayautoscaler``).
 
 Timeline entries: ``POD_STARTED`` (pod, node, accelerators), ``RUNNING`` (the whole gang runs), ``FINISHED``.
 
