@@ -37,7 +37,7 @@ from gangscale.clock import rfc3339
 from gangscale.controller import conditions as C
 from gangscale.controller.cluster import PodInfo
 from gangscale.controller.raygcs import RayGcs
-from gangscale.controller.raystate import RayGangState, recorded_gangs
+from gangscale.controller.raystate import RayGangState, gang_key, recorded_gangs
 from gangscale.controller.requests import Phase, phase
 from gangscale.controller.transitions import NORMAL, WARNING
 from gangscale.kube.errors import ApiError
@@ -113,9 +113,9 @@ class RaySource:
             except RayClusterError:
                 continue
             for gang_id, replicas, record in recorded_gangs(obj):
-                gang = replica_gang(cluster, replicas, "", cluster.created)
-                st = RayGangState.new(cluster, gang_id, replicas, gang, self.ctl.clock.now(), "recorded")
-                st.gang = replica_gang(cluster, replicas, st.key, st.pr.created)
+                now = self.ctl.clock.now()
+                gang = replica_gang(cluster, replicas, gang_key(cluster, gang_id), now)
+                st = RayGangState.new(cluster, gang_id, replicas, gang, now, "recorded")
                 st.record = record
                 st.applied = st.body_key()
                 self.ctl.states[st.pr.uid] = st
@@ -256,9 +256,8 @@ class RaySource:
             return
         del self.forming[cluster.uid]
         gang_id = f"{int(now):x}{next(self._seq) % 256:02x}"
-        st = RayGangState.new(cluster, gang_id, missing, replica_gang(cluster, missing, "", seen.first), seen.first,
-                              "gcs" if complete else "replicas")
-        st.gang = replica_gang(cluster, missing, st.key, seen.first)
+        gang = replica_gang(cluster, missing, gang_key(cluster, gang_id), seen.first)
+        st = RayGangState.new(cluster, gang_id, missing, gang, seen.first, "gcs" if complete else "replicas")
         self.ctl.states[st.pr.uid] = st
         log.info("%s: gang %s formed from %s: %s", cluster.key, gang_id, st.source, st.description,
                  extra={"raycluster": cluster.key, "gang": gang_id})

@@ -52,6 +52,11 @@ class RayGangRef(ProvReq):
         return self.gang_pods
 
 
+def gang_key(cluster: RayCluster, gang_id: str) -> str:
+    """The key :class:`RayGangRef` gives the gang, for building its :class:`Gang` before the state exists."""
+    return f"{cluster.namespace}/{cluster.name}/{gang_id}"
+
+
 def gang_uid(cluster_uid: str, gang_id: str) -> str:
     """36 hex characters unique to (cluster, gang): the state's key and the stem of its provider tokens."""
     return hashlib.sha256(f"{cluster_uid}/{gang_id}".encode()).hexdigest()[:36]
