@@ -10,7 +10,7 @@ Commands available now:
 - ``gangscale pools FILE``: validate a node-pool file and show the pools it resolves to (exit 1 and every
   problem on stderr if it is invalid).
 - ``gangscale sim apiserver [--port N] [--kubeconfig PATH] [--example] [--watch-window N]
-  [--bookmark-interval S] [--for SECONDS]``: the embedded Kubernetes API server on 127.0.0.1, with a
+  [--bookmark-interval S] [--for SECONDS] [--control]``: the embedded Kubernetes API server on 127.0.0.1, with a
   kubeconfig that kubectl and gangscale can use; runs until interrupted (or for ``--for`` seconds).
 """
 
@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds between watch BOOKMARK events (default 60)")
     api.add_argument("--for", dest="duration", type=float, default=None,
                      help="stop after this many seconds instead of waiting for Ctrl-C")
+    api.add_argument("--control", action="store_true",
+                     help="serve the fault-injection knobs over HTTP under /_sim/ (for crash and chaos harnesses)")
     return p
 
 
@@ -241,7 +243,7 @@ async def _run_apiserver(args: argparse.Namespace) -> int:
     from gangscale.sim.examples import create_example_objects, describe_server
 
     server = EmbeddedAPIServer(port=args.port, watch_window=args.watch_window,
-                               bookmark_interval=args.bookmark_interval)
+                               bookmark_interval=args.bookmark_interval, control=args.control)
     try:
         await server.start()
     except OSError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
 
 from gangscale.kube.errors import ApiError
@@ -106,3 +107,92 @@ async def test_request_log_records_verbs(http: KubeHTTP, apiserver: EmbeddedAPIS
                    ("patch", "provisioningrequests", "pr1", "status", 200)]
     assert apiserver.requests[0].query["fieldManager"] == "t"
     assert apiserver.requests[1].content_type.startswith("application/merge-patch+json")
+
+
+async def test_after_lets_the_first_matching_requests_through(http: KubeHTTP, apiserver: EmbeddedAPIServer) -> None:
+    fault = apiserver.inject(verb="create", resource="nodes", status=500, after=2)
+    for i in range(2):
+        await http.request("POST", b.NODES.path(), body=b.node(f"n{i}"))
+    with pytest.raises(ApiError) as err:
+        await http.request("POST", b.NODES.path(), body=b.node("n2"))
+    assert err.value.status == 500
+    await http.request("POST", b.NODES.path(), body=b.node("n3"))  # times=1: used up
+    assert (fault.hits, fault.acted) == (3, 1)
+
+
+@pytest.mark.parametrize(("field", "value", "hit"), [
+    ("body_contains", "obtained", True),
+    ("body_contains", "obtaining", False),
+    ("user_agent", "gangscale-tests", True),
+    ("user_agent", "gangscale-sim*", False),
+], ids=["body-hit", "body-miss", "agent-hit", "agent-miss"])
+async def test_body_and_user_agent_matchers(http: KubeHTTP, apiserver: EmbeddedAPIServer, field: str, value: str,
+                                            hit: bool) -> None:
+    await http.request("POST", b.PROVREQS.path("default"), body=b.provreq("pr1"))
+    apiserver.inject(**{"verb": "patch", "status": 409, field: value})
+    call = http.request("PATCH", b.PROVREQS.path("default", "pr1", "status"),
+                        body={"status": {"provisioningClassDetails": {"x": "phase obtained"}}},
+                        content_type="application/merge-patch+json")
+    if hit:
+        with pytest.raises(ApiError) as err:
+            await call
+        assert err.value.status == 409
+    else:
+        await call
+
+
+@pytest.mark.parametrize("serve", [False, True], ids=["dropped", "served"])
+async def test_a_held_request_waits_until_released(http: KubeHTTP, apiserver: EmbeddedAPIServer,
+                                                   serve: bool) -> None:
+    apiserver.inject(verb="create", resource="nodes", hold=True)
+    create = asyncio.create_task(http.request("POST", b.NODES.path(), body=b.node("held")))
+    await wait_for(lambda: len(apiserver.faults.held) == 1)
+    # Other requests go on while one is held.
+    await http.request("POST", b.NODES.path(), body=b.node("free"))
+    assert not create.done()
+    assert apiserver.release_held(serve=serve) == 1
+    if serve:
+        await create
+    else:
+        with pytest.raises(ApiError) as err:
+            await create
+        assert err.value.status == 503
+    names = {n["metadata"]["name"] for n in (await http.request("GET", b.NODES.path()))["items"]}
+    assert names == ({"free", "held"} if serve else {"free"})
+
+
+async def test_control_endpoint_sets_holds_and_releases_over_http(http: KubeHTTP) -> None:
+    async with EmbeddedAPIServer(control=True) as server:
+        base = server.url + "/_sim"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(base + "/faults", json={"verb": "create", "resource": "nodes", "hold": True,
+                                                            "after": 1}) as resp:
+                assert resp.status == 201
+                assert (await resp.json())["index"] == 0
+            async with session.post(base + "/faults", json={"verb": "create", "colour": "red"}) as resp:
+                assert resp.status == 400
+                assert "colour" in (await resp.json())["error"]
+            async with session.post(server.url + "/api/v1/nodes", json=b.node("first")) as resp:
+                assert resp.status == 201
+            second = asyncio.create_task(session.post(server.url + "/api/v1/nodes", json=b.node("second")))
+            await wait_for(lambda: len(server.faults.held) == 1)
+            async with session.get(base + "/faults") as resp:
+                state = await resp.json()
+            assert state["held"] == [{"fault": 0, "request": "POST /api/v1/nodes"}]
+            assert (state["faults"][0]["hits"], state["faults"][0]["acted"]) == (2, 1)
+            async with session.post(base + "/release", json={}) as resp:
+                assert (await resp.json()) == {"released": 1}
+            async with await second as resp:
+                assert resp.status == 503
+            async with session.delete(base + "/faults") as resp:
+                assert (await resp.json())["faults"] == []
+            async with session.get(server.url + "/api/v1/nodes") as resp:
+                assert [n["metadata"]["name"] for n in (await resp.json())["items"]] == ["first"]
+            async with session.get(base + "/nothing") as resp:
+                assert resp.status == 404
+
+
+async def test_control_endpoint_is_off_by_default(http: KubeHTTP, apiserver: EmbeddedAPIServer) -> None:
+    with pytest.raises(ApiError) as err:
+        await http.request("GET", "/_sim/faults")
+    assert err.value.status == 404

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from gangscale.sim.apiserver import discovery, selectors
+from gangscale.sim.apiserver import control, discovery, selectors
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver.api import ObjectAPI, WriteContext
 from gangscale.sim.apiserver.applychecks import manager_from_user_agent
@@ -63,8 +63,10 @@ class EmbeddedAPIServer:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
                  clock: Callable[[], datetime] | None = None, watch_window: int = DEFAULT_WINDOW,
-                 bookmark_interval: float = 60.0, seed: int | None = None) -> None:
+                 bookmark_interval: float = 60.0, seed: int | None = None, control: bool = False) -> None:
         self.host = host
+        #: Serve the fault knobs over HTTP under ``/_sim/`` (see ``control``): for harnesses in other processes.
+        self.control_enabled = control
         self.port = port
         self.clock = clock or (lambda: datetime.now(UTC))
         self.store = Store(window=watch_window)
@@ -97,6 +99,7 @@ class EmbeddedAPIServer:
         self.controllers.start()
 
     async def stop(self) -> None:
+        self.faults.release(serve=False)
         await self.controllers.stop()
         self.store.close_all_watchers()
         if self._runner is not None:
@@ -130,6 +133,10 @@ class EmbeddedAPIServer:
     def inject(self, fault: Fault | None = None, /, **kw: Any) -> Fault:
         return self.faults.inject(fault, **kw)
 
+    def release_held(self, *, serve: bool) -> int:
+        """Let every request held by a ``hold`` fault go: served, or answered 503 without touching storage."""
+        return self.faults.release(serve=serve)
+
     def set_watch_window(self, window: int) -> None:
         self.store.set_window(window)
 
@@ -161,6 +168,8 @@ class EmbeddedAPIServer:
             user_agent=request.headers.get("User-Agent", ""), status=entry.get("status", 0)))
 
     async def _dispatch(self, request: web.Request, log_entry: dict[str, Any]) -> web.StreamResponse:
+        if self.control_enabled and request.path.startswith(control.PREFIX):
+            return await control.handle(request, self.faults)
         if self.faults.down:
             raise StatusError(503, "ServiceUnavailable", "the server is currently unable to handle the request")
         _check_accept(request.headers.get("Accept", ""))
@@ -176,11 +185,14 @@ class EmbeddedAPIServer:
         verb = _verb(request, target)
         log_entry.update(verb=verb, group=target.rt.group, resource=target.rt.plural,
                          namespace=target.namespace or "", name=target.name or "", sub=target.sub)
+        body = await request.read() if verb not in ("get", "list", "watch") else b""
         fault = self.faults.take(verb, target.rt.group, target.rt.plural, target.namespace or "",
-                                 target.name or "", target.sub)
+                                 target.name or "", target.sub, request.headers.get("User-Agent", ""), body)
         if fault is not None:
             if fault.latency:
                 await asyncio.sleep(fault.latency)
+            if fault.hold and not await self.faults.hold(fault, f"{request.method} {request.path_qs}"):
+                raise StatusError(503, "ServiceUnavailable", "the request was held and then dropped (injected)")
             if fault.status is not None:
                 raise StatusError(fault.status, fault.reason,
                                   fault.message or f"injected failure ({fault.status})",
