@@ -55,7 +55,7 @@ class Compatibility:
         self.policy = policy
         self._nodes: dict[tuple[object, int], bool] = {}
         self._pools: dict[tuple[object, ResourceList, str], PoolReason | None] = {}
-        self._usable: dict[tuple[object, ResourceList], list[NodePool]] = {}
+        self._usable: dict[tuple[object, ResourceList, tuple[str, ...]], list[NodePool]] = {}
 
     def node_ok(self, demand: PodDemand, node: NodeState, shape: int) -> bool:
         """Whether ``node`` (of shape id ``shape``, see ``ClusterState.shape_of``) admits the pod."""
@@ -81,8 +81,11 @@ class Compatibility:
         return reason
 
     def usable_pools(self, demand: PodDemand, pools: list[NodePool]) -> list[NodePool]:
-        """The pools whose new nodes could take a pod of ``demand``; ``pools`` must not change within a plan."""
-        key = (demand.placement, demand.requests)
+        """The pools among ``pools`` whose new nodes could take a pod of ``demand``.
+
+        Keyed by the pool names too: gangs of one plan are offered different lists (a check-capacity gang none,
+        an atomic one every pool not backed off), and an answer for one list must never serve another."""
+        key = (demand.placement, demand.requests, tuple(pool.name for pool in pools))
         usable = self._usable.get(key)
         if usable is None:
             usable = self._usable[key] = [pool for pool in pools if self.pool_problem(demand, pool) is None]

@@ -30,7 +30,6 @@ async def condition_is(cluster: Cluster, name: str, ctype: str, *accepted: tuple
     return cond is not None and (cond["status"], cond["reason"]) in accepted
 
 
-@pytest.mark.xfail(strict=True, reason="bug B: the planner's pool cache ignores the pool list")
 @pytest.mark.parametrize("first", ["check-capacity", "atomic"])
 async def test_check_capacity_never_creates_a_node_when_planned_with_an_atomic_gang_of_the_same_shape(
         tmp_path: Path, first: str) -> None:

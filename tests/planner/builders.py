@@ -85,8 +85,9 @@ def pod_set(name: str, count: int, requests: Mapping[str, Any] | None = None, **
     return PodSet(name, count, pod_demand(template(requests, **kwargs), name))
 
 
-def gang(key: str, *pod_sets: PodSet, priority: int = 0, created: float = 0.0, spread: bool = False) -> Gang:
-    return Gang(key, tuple(pod_sets), priority=priority, created=created, spread_zones=spread)
+def gang(key: str, *pod_sets: PodSet, priority: int = 0, created: float = 0.0, spread: bool = False,
+         may_scale: bool = True) -> Gang:
+    return Gang(key, tuple(pod_sets), priority=priority, created=created, spread_zones=spread, may_scale=may_scale)
 
 
 def snapshot(pools: Sequence[PoolState | NodePool] = (), nodes: Sequence[NodeState] = (),

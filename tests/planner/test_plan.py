@@ -364,3 +364,17 @@ def test_a_gang_that_may_not_scale_fits_on_free_capacity_or_nowhere() -> None:
     scaled = by_gang(plan(snap, [gang("fits", pod_set("w", 3, {"cpu": "6"})),
                                  gang("short", pod_set("w", 3, {"cpu": "6"}), created=1.0)], NOW))
     assert scaled["short"].outcome is Outcome.SCALE_UP
+
+
+@pytest.mark.parametrize("check_first", [True, False], ids=["check-capacity-first", "atomic-first"])
+def test_a_check_capacity_gang_and_a_scaling_gang_of_the_same_shape_get_their_own_pool_lists(
+        check_first: bool) -> None:
+    """The pools a pod shape may use are cached per plan; the cache must not hand the check-capacity gang's empty
+    list to the atomic gang, nor the atomic gang's pools to the check-capacity gang."""
+    gpu = pool("gpu", GPU_NODE, max_units=6)
+    check = gang("check", pod_set("w", 3, {"nvidia.com/gpu": "8"}), created=0.0 if check_first else 1.0,
+                 may_scale=False)
+    atomic = gang("atomic", pod_set("w", 3, {"nvidia.com/gpu": "8"}), created=1.0 if check_first else 0.0)
+    decided = by_gang(plan(snapshot([gpu]), [check, atomic], NOW))
+    assert decided["check"].outcome is Outcome.INFEASIBLE and not decided["check"].steps
+    assert decided["atomic"].outcome is Outcome.SCALE_UP and steps(decided["atomic"]) == {"gpu": 3}
