@@ -3,7 +3,9 @@
 Steps in different pools run concurrently. A transient failure whose outcome is unknown is retried with the
 *same* token (the provider then returns the units it may already have created); any other failure, or
 transient failures beyond ``attempts``, fails the scale-up, and every unit obtained by any step of it is
-released before :class:`ScaleUpFailed` is raised. Calls are timed and their errors counted by class.
+released before :class:`ScaleUpFailed` is raised. What a successful call returns is checked too
+(:mod:`verify`): fewer units than asked for, or units that are not whole, fail the step
+(``INCOMPLETE_RESULT``) exactly like an error. Calls are timed and their errors counted by class.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TypeVar
 
 from gangscale.clock import Clock
 from gangscale.controller.record import Step
+from gangscale.controller.verify import step_problem
 from gangscale.kube.backoff import Backoff
+from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import ErrorClass, NodePoolProvider, Obtained, ProviderError
 
@@ -31,8 +35,10 @@ class ScaleUpFailed(Exception):
 
 
 class Actuator:
-    def __init__(self, provider: NodePoolProvider, clock: Clock, metrics: Metrics, *, attempts: int = 5) -> None:
+    def __init__(self, provider: NodePoolProvider, clock: Clock, metrics: Metrics, pools: Mapping[str, NodePool], *,
+                 attempts: int = 5) -> None:
         self.provider, self.clock, self.metrics, self.attempts = provider, clock, metrics, attempts
+        self.pools = pools
 
     async def _timed(self, operation: str, call: Awaitable[T]) -> T:
         started = time.perf_counter()  # call latency is a real-time measurement, not a planning input
@@ -52,8 +58,15 @@ class Actuator:
         backoff = Backoff(initial=1.0, maximum=30.0)
         for attempt in range(1, self.attempts + 1):
             try:
-                return await self._timed("obtain", self.provider.obtain(step.pool, step.units, token=step.token,
-                                                                          deadline=deadline))
+                got = await self._timed("obtain", self.provider.obtain(step.pool, step.units, token=step.token,
+                                                                         deadline=deadline))
+                problem = step_problem(step, got, self.pools.get(step.pool))
+                if problem is not None:
+                    log.error("obtain %s x%d (token %s) returned an incomplete result: %s", step.pool, step.units,
+                              step.token, problem)
+                    raise ProviderError(ErrorClass.PERMANENT, "INCOMPLETE_RESULT", problem, pool=step.pool,
+                                        rolled_back=False)
+                return got
             except ProviderError as exc:
                 if exc.error_class is not ErrorClass.TRANSIENT or attempt == self.attempts:
                     raise

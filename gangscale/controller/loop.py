@@ -35,6 +35,7 @@ from gangscale.controller.record import OBTAINED, OBTAINING, from_status
 from gangscale.controller.requests import Phase, RequestState, phase, served
 from gangscale.controller.settings import Settings
 from gangscale.controller.transitions import Transitions
+from gangscale.controller.verify import scale_up_problems
 from gangscale.kube.errors import ApiError
 from gangscale.kube.reflector import Reflector, ReflectorEvent
 from gangscale.kube.resources import NODES, PODS, PODTEMPLATES, PROVREQS
@@ -44,7 +45,7 @@ from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import TOKEN_LABEL, NodePoolProvider
-from gangscale.sources.provreq import parse
+from gangscale.sources.provreq import PROVISIONED_WHEN, parse
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,8 @@ class Controller:
         self.policy = policy or Policy()
         s = self.settings
         self.backoffs = PoolBackoffs(s.pool_backoff_initial, s.pool_backoff_max, s.pool_backoff_reset)
-        self.transitions = Transitions(s, self.backoffs)
-        self.actuator = Actuator(provider, self.clock, self.metrics, attempts=s.provider_attempts)
+        self.transitions = Transitions(s, self.backoffs, self.pools)
+        self.actuator = Actuator(provider, self.clock, self.metrics, self.pools, attempts=s.provider_attempts)
         self.recorder = EventRecorder(http)
         self.prs = Reflector(http, PROVREQS)
         self.templates = Reflector(http, PODTEMPLATES)
@@ -268,6 +269,8 @@ class Controller:
             if st.record is not None:
                 known.update(st.record.tokens)
         for st in sorted(self.states.values(), key=lambda s: s.key):
+            if phase(st) is Phase.BOOKED and st.record is not None:
+                await self.recover_booked(st)
             if phase(st) is not Phase.PROVISIONING or st.record is None:
                 continue
             if st.record.phase == OBTAINING:
@@ -278,15 +281,32 @@ class Controller:
         await self.release_orphans(known)
 
     async def recover_obtained(self, st: RequestState) -> None:
+        """A scale-up whose units were all granted before the restart: the provider must still have every one of
+        them, whole; otherwise what is left is released and the request re-planned."""
         assert st.record is not None
         for step in st.record.steps:
             got = await self.provider.lookup(step.token)
             if got is not None:
                 st.obtained[step.token] = got
-        if len(st.obtained) < len(st.record.steps):
-            why = "the provider no longer has every unit this scale-up obtained; released the rest and re-planning"
+        problems = scale_up_problems(st.record.steps, st.obtained, self.pools)
+        if problems:
+            why = (f"after a restart the provider no longer has every unit of this scale-up ({'; '.join(problems)}); "
+                   "released the rest and re-planning")
             st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(self.clock.now()))
             await self.release(st, why)
+
+    async def recover_booked(self, st: RequestState) -> None:
+        """A request Provisioned before the restart had every node of its scale-up Ready then: each counts as a
+        booked node seen, so one removed while gangscale was down revokes the booking (``CapacityRevoked``)
+        instead of going unnoticed. Not with ``provisionedWhen: requested``, whose nodes may never have
+        registered before Provisioned=True."""
+        assert st.record is not None
+        if st.pr.parameters.get(PROVISIONED_WHEN, "").lower() == "requested":
+            return
+        for step in st.record.steps:
+            got = await self.provider.lookup(step.token)
+            if got is not None:
+                st.booking_seen.update(got.node_names)
 
     async def release_orphans(self, known: set[str]) -> None:
         """Units that were coming up for a PR deleted while gangscale was down."""

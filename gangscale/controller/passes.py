@@ -27,6 +27,7 @@ from gangscale.controller import conditions as C
 from gangscale.controller.actuator import ScaleUpFailed
 from gangscale.controller.bookings import consumed_on, live_bookings, planned_booking
 from gangscale.controller.raystate import RayGangState
+from gangscale.controller.rebook import rebuilt_booking
 from gangscale.controller.requests import Phase, RequestState, phase
 from gangscale.controller.scaledown import next_due, plan_scale_down
 from gangscale.controller.transitions import WARNING, Actions
@@ -220,20 +221,39 @@ class Pass:
         return self._workloads[key]
 
     async def rebook(self, now: float) -> None:
-        """Provisioned requests whose booking was lost (a restart) book free capacity again, before anybody."""
-        ctl = self.ctl
-        lost = [st for st in ctl.states.values() if phase(st) is Phase.BOOKED and st.booking is None
-                and not st.deleted]
+        """Provisioned requests whose booking was lost (a restart) are booked again before anybody is planned:
+        on their own new nodes when a recorded scale-up made them, else on free capacity (:mod:`rebook`)."""
+        ctl, view = self.ctl, self.ctl.view
+        lost = sorted((st for st in ctl.states.values() if phase(st) is Phase.BOOKED and st.booking is None
+                       and not st.deleted), key=lambda st: st.key)
         if not lost:
             return
-        gangs = {}
+        snapshot = self.snapshot(now)
+        bookings = list(snapshot.bookings)
+        on_free: dict[str, Gang] = {}
         for st in lost:
             got = await self.gang_of(st, may_scale=False)
-            st.booking = {}
-            if isinstance(got, Gang):
-                st.gang = gangs[st.key] = got
+            gang = got if isinstance(got, Gang) else None
+            if gang is not None:
+                st.gang = gang
+            if st.record is None:
+                st.booking = {}
+                if gang is not None:
+                    on_free[st.key] = gang
+                continue
+            tokens = set(st.record.tokens)
+            own = [info.state for _, info in sorted(view.nodes.items())
+                   if info.token in tokens and not info.deleting]
+            consumed = consumed_on((p.node, p.requests) for p in view.consumers.get(st.key, ()))
+            st.booking = rebuilt_booking(gang, own, consumed, replace(snapshot, bookings=tuple(bookings)),
+                                         {step.pool for step in st.record.steps}, now, ctl.policy)
+            bookings.extend(live_bookings(st.key, st.booking, consumed, view.nodes))
+            log.info("%s: booking rebuilt on its own %d new node(s) after a restart", st.key, len(own),
+                     extra={"pr": st.key})
+        if not on_free:
+            return
         by_key = {st.key: st for st in lost}
-        for decision in plan(self.snapshot(now), gangs.values(), now, ctl.policy):
+        for decision in plan(replace(snapshot, bookings=tuple(bookings)), on_free.values(), now, ctl.policy):
             if decision.outcome is Outcome.FITS:
                 st = by_key[decision.gang]
                 assert st.gang is not None

@@ -11,6 +11,7 @@ for the nodes to be Ready). The record stays after ``Provisioned=True`` so the b
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from typing import Any
@@ -56,13 +57,19 @@ class Record:
         return tuple(step.token for step in self.steps)
 
 
-def step_token(uid: str, attempt: int, index: int, now: float) -> str:
-    """A token unique to (PR, attempt, step), short enough for a label value (≤ 63 characters).
+def step_token(uid: str, attempt: int, index: int, now: float, version: str) -> str:
+    """A token unique to (request, scale-up, step), short enough for a label value (≤ 63 characters).
 
-    The attempt counter lives in memory, so the time (hex seconds) keeps tokens unique across restarts: a
-    token is never reused for a different scale-up.
+    A provider derives its unit ids and node names from the token, so a token must never name two scale-ups,
+    in one process or across restarts. ``version`` is the request's ``resourceVersion`` as seen when the
+    scale-up was decided: the intent is written on the request before any provider call, so once a token has
+    obtained anything the request has moved past that version, and a restarted process (whose first list is a
+    consistent read) decides from a later one. Within a process the attempt counter tells apart scale-ups
+    decided from the same version (a watch that lags the controller's own writes). Same inputs, same token: a
+    demo replays identically.
     """
-    return f"{uid[:36]}-{attempt % 100}-{int(now):x}-{index % 100}"
+    digest = hashlib.sha256(f"{attempt}/{version}/{now!r}".encode()).hexdigest()[:12]
+    return f"{uid[:36]}-{digest}-{index % 100}"
 
 
 def from_status(status: dict[str, Any]) -> Record | None:

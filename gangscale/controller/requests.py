@@ -65,6 +65,9 @@ class RequestState:
             if cond.type in C.OWNED_TYPES:
                 conditions[cond.type] = cond
         state = cls(pr, conditions, from_status(pr.status))
+        # Attempts go on from the recorded one after a restart (the record's number, not the token, is what a
+        # reader sees; tokens stay unique without it, see ``step_token``).
+        state.attempts = state.record.attempt if state.record is not None else 0
         state.applied = state.body_key()
         state.reported = {ctype: (cond.status, cond.reason) for ctype, cond in conditions.items()}
         return state

@@ -18,7 +18,9 @@ from gangscale.controller.cluster import ClusterView
 from gangscale.controller.record import OBTAINING, Record, Step, step_token
 from gangscale.controller.requests import RequestState
 from gangscale.controller.settings import Settings
+from gangscale.controller.verify import scale_up_problems
 from gangscale.model.decision import Decision, Outcome
+from gangscale.model.nodepool import NodePool
 from gangscale.planner import summarize
 from gangscale.sources.provreq import BOOKING_SECONDS, NO_RETRY, PROVISIONED_WHEN
 
@@ -44,9 +46,10 @@ def duration(seconds: float) -> str:
 
 
 class Transitions:
-    def __init__(self, settings: Settings, backoffs: PoolBackoffs) -> None:
+    def __init__(self, settings: Settings, backoffs: PoolBackoffs, pools: Mapping[str, NodePool]) -> None:
         self.settings = settings
         self.backoffs = backoffs
+        self.pools = pools
 
     # -- helpers ------------------------------------------------------------------------------------------
 
@@ -90,6 +93,8 @@ class Transitions:
             return
         if st.booking:
             st.booking_seen |= set(st.booking) & view.nodes.keys()
+        # Seeded at a restart with the nodes of the request's scale-up (``Controller.recover_booked``).
+        if st.booking_seen:
             lost = sorted(st.booking_seen - view.nodes.keys())
             if lost:
                 message = (f"booked nodes were removed before every pod was scheduled: {', '.join(lost[:10])}"
@@ -103,8 +108,15 @@ class Transitions:
         record = st.record
         assert record is not None
         nodes = [name for got in st.obtained.values() for name in got.node_names]
+        problems = scale_up_problems(record.steps, st.obtained, self.pools)
+        if problems:
+            # Never reached through the actuator, which checks every result: a last guard before Provisioned=True.
+            why = (f"the scale-up is not whole ({'; '.join(problems)}); every unit of it was released and the "
+                   "request is re-planned")
+            self.abandon(st, nodes, why, "ScaleUpIncomplete", now, acts)
+            return
         ready = [name for name in nodes if name in view.nodes and view.nodes[name].state.ready]
-        if nodes and len(ready) == len(nodes):
+        if len(ready) == len(nodes):
             st.booking = (planned_booking(st.gang, st.decision, new_nodes_by_pool(st))
                           if st.gang is not None and st.decision is not None else None)
             st.booking_seen = set()
@@ -118,10 +130,16 @@ class Transitions:
         why = (f"{len(nodes) - len(ready)} of {len(nodes)} new nodes were not Ready within "
                f"{duration(self.settings.max_node_provision_time)} (pools {', '.join(late) or '?'}); every unit of "
                f"the scale-up was released and the request is re-planned")
-        acts.release.append((st, record.steps, tuple(nodes), why))
+        self.abandon(st, nodes, why, "ScaleUpTimedOut", now, acts)
+
+    @staticmethod
+    def abandon(st: RequestState, nodes: list[str], why: str, event: str, now: float, acts: Actions) -> None:
+        """Release every unit of the recorded scale-up and send the request back to planning."""
+        assert st.record is not None
+        acts.release.append((st, st.record.steps, tuple(nodes), why))
         st.record, st.obtained = None, {}
         st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(now))
-        st.event(WARNING, "ScaleUpTimedOut", why)
+        st.event(WARNING, event, why)
 
     def done(self, st: RequestState, now: float, acts: Actions) -> None:
         if not self.settings.terminal_ttl:
@@ -145,7 +163,7 @@ class Transitions:
                 st.retry_at = now + self.settings.retry_initial
             case Outcome.SCALE_UP:
                 st.attempts += 1
-                steps = tuple(Step(s.pool, s.units, step_token(st.pr.uid, st.attempts, i, now))
+                steps = tuple(Step(s.pool, s.units, step_token(st.pr.uid, st.attempts, i, now, st.pr.resource_version))
                               for i, s in enumerate(decision.steps))
                 st.record = Record(st.attempts, OBTAINING, now + self.settings.max_node_provision_time, steps)
                 st.set(C.PROVISIONED, False, C.R_IN_PROGRESS, f"{summarize(decision)}: obtaining the units", stamp)

@@ -7,8 +7,12 @@ contract the controller relies on:
   whatever it created (``ProviderError.rolled_back``), except for a :attr:`ErrorClass.TRANSIENT` error whose
   outcome is unknown (``rolled_back=False``): then the caller calls ``obtain`` again with the *same* token.
   The same token always designates the same units: repeating a call never scales twice.
-- ``lookup(token)`` tells what a token obtained (after a restart, from the cloud's own records); ``None``
-  when it obtained nothing that still exists.
+- The intent of an obtain (which units, under which ids and node names) is fixed before the provider makes
+  its first resource, and recorded where a restarted provider finds it (the cloud's own objects), so a call
+  repeated after a crash finishes exactly those units, and a release undoes exactly them.
+- ``lookup(token)`` tells what a token designates (after a restart, from the cloud's own records), every unit
+  of its intent, with ``incomplete`` naming the units whose resources do not all exist (never made, or lost
+  since); ``None`` when nothing of it exists. A caller must not count an incomplete unit as obtained.
 - ``release(pool, unit_ids, token=)`` is idempotent: releasing a unit that is already gone succeeds. The
   token names the release for the provider's own logs and deduplication; once every unit a token obtained
   is released, the token designates nothing (``lookup`` returns None).
@@ -66,6 +70,8 @@ class Obtained:
     token: str
     pool: str
     units: tuple[Unit, ...]
+    #: Ids of units (of ``units``) whose resources do not all exist: an obtain never returns any; a lookup may.
+    incomplete: tuple[str, ...] = ()
 
     @property
     def node_names(self) -> tuple[str, ...]:

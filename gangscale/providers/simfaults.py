@@ -50,11 +50,14 @@ class PoolFaults:
     transient_errors: int = 0
     #: Clock seconds every obtain and release waits before it does anything.
     call_latency: float = 0.0
+    #: The next new obtain makes every unit but answers with only this many of them: a cloud (or provider)
+    #: whose answer lost units. The caller must not take the short answer for the whole (one-shot).
+    short_answer: int | None = None
 
     def clear(self) -> None:
         """Turn every knob off."""
         self.stockout = self.quota = self.never_ready = False
-        self.partial_grant = None
+        self.partial_grant = self.short_answer = None
         self.timeouts = self.transient_errors = 0
         self.call_latency = 0.0
 

@@ -13,6 +13,14 @@ What the cloud does, per pool (the pool file's ``simulated:`` section, camelCase
 - The cloud's records *are* the Node objects: ``start()`` lists them and rebuilds which token obtained which
   units and how much stock is in use, and re-arms the Ready timers of nodes that are not Ready yet, so a
   new instance after a controller restart knows what earlier tokens obtained.
+- The intent of an obtain is fixed by its token: unit *i* of token *T* is always ``<pool>-<10 hex of
+  sha256(T/i)>`` and its nodes ``<unit>-0`` … ``<unit>-<hosts-1>``, and every node carries ``<i>/<count>`` (the
+  slot annotation). So the first node created records the whole intent (every unit id and node name of the
+  obtain); before it, nothing exists that would need undoing. A restarted instance rebuilds every unit of the
+  intent, made or not: a repeated obtain creates exactly the missing ones, a lookup names the incomplete ones,
+  the stock counts all of them. Ids are unique across processes because tokens are (a token is never reused
+  for a different scale-up, ``gangscale.controller.record.step_token``), and a node name already held by
+  another unit fails the obtain (``NODE_NAME_TAKEN``) instead of being shared.
 - ``obtain`` under a token that already obtained units returns those units and creates nothing; if it
   asks for a different pool or count it fails with PERMANENT ``TOKEN_MISMATCH``.
 - ``release`` deletes the units' nodes (one already gone counts as deleted) and returns their stock.
@@ -23,7 +31,8 @@ created (``rolled_back=True``); if that cleanup itself fails, the units stay rec
 
 Test knobs, per pool, through ``provider.faults(pool)`` (a mutable
 :class:`~gangscale.providers.simfaults.PoolFaults`): ``stockout``, ``quota``, ``partial_grant`` (one-shot),
-``never_ready``, ``timeouts`` (lost responses), ``transient_errors`` and ``call_latency``. ``provider.calls``
+``never_ready``, ``timeouts`` (lost responses), ``transient_errors``, ``call_latency`` and ``short_answer``
+(one-shot: an answer that lost units). ``provider.calls``
 logs every obtain and release with its outcome.
 
 ``deadline`` is clock time (seconds since the epoch, like :meth:`Clock.now`); the only simulated time an
@@ -35,8 +44,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
-import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -81,7 +90,11 @@ log = logging.getLogger(__name__)
 
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _LABEL_VALUE_MAX = 63
-_UNIT_SUFFIX_HEX = 5
+#: 40 bits of hash per unit id: a collision between two tokens' units is ~1e-4 at 10,000 tokens in one pool,
+#: and is caught (``NODE_NAME_TAKEN``), never silent.
+_UNIT_SUFFIX_HEX = 10
+
+
 @dataclass
 class _Record:
     """What one token obtained: the units it designates and which of their nodes are known to exist."""
@@ -103,7 +116,8 @@ class _Record:
         return all(name in self.created for unit in self.units for name in unit.nodes)
 
     def obtained(self) -> Obtained:
-        return Obtained(self.token, self.pool, tuple(self.units))
+        incomplete = tuple(unit.unit_id for unit in self.units if not set(unit.nodes) <= self.created)
+        return Obtained(self.token, self.pool, tuple(self.units), incomplete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +131,7 @@ class SimulatedProvider:
 
     name = "simulated"
 
-    def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock, *, seed: int = 0) -> None:
+    def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock) -> None:
         self._clock = clock
         self._pools: dict[str, NodePool] = {}
         for pool in pools:
@@ -126,11 +140,8 @@ class SimulatedProvider:
             self._pools[pool.name] = pool
         self._settings = {name: _settings(pool) for name, pool in self._pools.items()}
         self._faults = {name: PoolFaults() for name in self._pools}
-        self._rng = random.Random(seed)
         self._records: dict[str, _Record] = {}
         self._unit_token: dict[str, str] = {}
-        # Never hand out an id twice, even one released since: a new unit must not look like an old one.
-        self._issued: set[str] = set()
         self._nodes = NodeAPI(http)
         self._timers = ReadyTimers(clock, self._nodes)
         # One mutation at a time per pool, so its stock is never oversold and a token is never worked on twice
@@ -237,7 +248,11 @@ class SimulatedProvider:
             if faults.timeouts > 0:
                 faults.timeouts -= 1
                 raise lost_response(pool.name)
-            return record.obtained()
+            answer = record.obtained()
+            if trace.outcome == CREATED and faults.short_answer is not None:
+                keep, faults.short_answer = faults.short_answer, None
+                answer = replace(answer, units=answer.units[:keep])
+            return answer
 
     def _reserve(self, pool: NodePool, trace: CallTrace, faults: PoolFaults) -> _Record:
         """Check quota and stock and record the token's units, so that they count before any node exists."""
@@ -248,10 +263,13 @@ class SimulatedProvider:
         available = self.available(pool.name)
         if available is not None and trace.units > available:
             raise stockout(pool.name, trace.units, available)
-        units = []
-        for _ in range(trace.units):
-            unit_id = self._new_unit_id(pool)
-            units.append(Unit(unit_id, tuple(f"{unit_id}-{i}" for i in range(pool.nodes_per_unit))))
+        units = [_unit(pool, trace.token, index) for index in range(trace.units)]
+        for unit in units:
+            owner = self._unit_token.get(unit.unit_id)
+            if owner is not None:
+                raise ProviderError(ErrorClass.PERMANENT, "NODE_NAME_TAKEN",
+                                    f"unit id {unit.unit_id} of token {trace.token} is already held by token {owner}",
+                                    pool=pool.name)
         record = _Record(trace.token, pool.name, trace.units, units)
         self._remember(record)
         return record
@@ -368,7 +386,6 @@ class SimulatedProvider:
         self._records[record.token] = record
         for unit in record.units:
             self._unit_token[unit.unit_id] = record.token
-            self._issued.add(unit.unit_id)
 
     def _forget(self, record: _Record) -> None:
         for unit in list(record.units):
@@ -393,17 +410,6 @@ class SimulatedProvider:
     def _in_use(self, pool: str) -> int:
         return sum(len(record.units) for record in self._records.values() if record.pool == pool)
 
-    def _new_unit_id(self, pool: NodePool) -> str:
-        # Long pool names are cut so that the unit id (a label) and the node names (the hostname label, which
-        # has the same 63-character limit) stay valid label values.
-        room = _LABEL_VALUE_MAX - len(f"-{pool.nodes_per_unit - 1}") - _UNIT_SUFFIX_HEX - 1
-        prefix = pool.name[:room].rstrip("-_.")
-        while True:
-            unit_id = f"{prefix}-{self._rng.getrandbits(4 * _UNIT_SUFFIX_HEX):0{_UNIT_SUFFIX_HEX}x}"
-            if unit_id not in self._issued:
-                self._issued.add(unit_id)
-                return unit_id
-
     def _rebuild(self, nodes: Iterable[JSON]) -> None:
         found: dict[str, dict[str, dict[str, JSON]]] = {}  # token -> unit id -> node name -> node
         pools: dict[str, str] = {}
@@ -420,10 +426,7 @@ class SimulatedProvider:
             found.setdefault(token, {}).setdefault(unit_id, {})[meta["name"]] = node
         for token, units in found.items():
             pool = self._pools[pools[token]]
-            slots = {unit_id: slot_of(next(iter(nodes.values()))) for unit_id, nodes in units.items()}
-            ordered = sorted(units, key=lambda unit_id: (slots[unit_id][0], unit_id))
-            record = _Record(token, pool.name, max([len(units)] + [count for _, count in slots.values()]), [
-                Unit(unit_id, unit_node_names(unit_id, pool.nodes_per_unit, units[unit_id])) for unit_id in ordered])
+            record = _rebuilt_record(pool, token, units)
             for unit_id, unit_nodes in units.items():
                 record.created.update(unit_nodes)
                 record.armed.update(unit_nodes)
@@ -458,6 +461,39 @@ class SimulatedProvider:
     def _require_started(self) -> None:
         if not self._started:
             raise RuntimeError("SimulatedProvider.start() must be awaited before the first call")
+
+
+def unit_id_for(pool: NodePool, token: str, index: int) -> str:
+    """The id of unit ``index`` of the obtain under ``token``: the same in every process, for every restart."""
+    # Long pool names are cut so that the unit id (a label) and the node names (the hostname label, which has the
+    # same 63-character limit) stay valid label values.
+    room = _LABEL_VALUE_MAX - len(f"-{pool.nodes_per_unit - 1}") - _UNIT_SUFFIX_HEX - 1
+    prefix = pool.name[:room].rstrip("-_.")
+    digest = hashlib.sha256(f"{token}/{index}".encode()).hexdigest()[:_UNIT_SUFFIX_HEX]
+    return f"{prefix}-{digest}"
+
+
+def _unit(pool: NodePool, token: str, index: int) -> Unit:
+    unit_id = unit_id_for(pool, token, index)
+    return Unit(unit_id, tuple(f"{unit_id}-{i}" for i in range(pool.nodes_per_unit)))
+
+
+def _rebuilt_record(pool: NodePool, token: str, found: dict[str, dict[str, JSON]]) -> _Record:
+    """The whole intent of ``token`` from those of its nodes that exist (unit id -> node name -> node): every unit
+    its count says the obtain asked for, under the ids the token fixes.
+
+    Units under other ids were made by a version that drew ids at random: their intent cannot be rebuilt, so
+    only what exists is known, and a repeated obtain returns fewer units than asked for; the controller treats
+    such a short result as a failed step and releases it.
+    """
+    slots = {unit_id: slot_of(next(iter(nodes.values()))) for unit_id, nodes in found.items()}
+    requested = max([len(found)] + [count for _, count in slots.values()])
+    derived = [_unit(pool, token, index) for index in range(requested)]
+    if set(found) <= {unit.unit_id for unit in derived}:
+        return _Record(token, pool.name, requested, derived)
+    ordered = sorted(found, key=lambda unit_id: (slots[unit_id][0], unit_id))
+    return _Record(token, pool.name, requested, [
+        Unit(unit_id, unit_node_names(unit_id, pool.nodes_per_unit, found[unit_id])) for unit_id in ordered])
 
 
 def _settings(pool: NodePool) -> _PoolSettings:

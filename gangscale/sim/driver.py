@@ -90,9 +90,8 @@ class SimCluster:
         self._clients.append(http)
         return http
 
-    async def start_provider(self, seed: int = 0) -> SimulatedProvider:
-        self.provider = SimulatedProvider(await self.client("gangscale-simulated-cloud"), self.pools, self.clock,
-                                          seed=seed)
+    async def start_provider(self) -> SimulatedProvider:
+        self.provider = SimulatedProvider(await self.client("gangscale-simulated-cloud"), self.pools, self.clock)
         await self.provider.start()
         return self.provider
 

@@ -83,6 +83,10 @@ class ProvReq:
     def status(self) -> JSON:
         return self.obj.get("status") or {}
 
+    @property
+    def resource_version(self) -> str:
+        return str((self.obj.get("metadata") or {}).get("resourceVersion", ""))
+
     def flag(self, name: str) -> bool:
         return str(self.parameters.get(name, "")).strip().lower() == "true"
 

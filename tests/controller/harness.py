@@ -97,7 +97,7 @@ class Cluster:
         # log tells who did what (the RBAC test relies on it).
         self.ctl_http = await make_http(str(self.kubeconfig), user_agent="gangscale")
         self.cloud_http = await make_http(str(self.kubeconfig), user_agent="gangscale-simulated-cloud")
-        self.provider = SimulatedProvider(self.cloud_http, self.pools, self.clock, seed=len(self.history))
+        self.provider = SimulatedProvider(self.cloud_http, self.pools, self.clock)
         self.history.append(self.provider)
         self.controller = Controller(self.ctl_http, self.provider, self.pools, settings=self.settings,
                                      clock=self.clock, metrics=Metrics(dry_run=self.settings.dry_run))

@@ -24,7 +24,7 @@ from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
 from gangscale.providers.simfaults import CREATED, FAILED, RELEASE, RELEASED, REUSED, ProviderCall
-from tests.builders import EVENTS, PODS, PROVREQS
+from tests.builders import EVENTS, NODES, PODS, PROVREQS
 from tests.conftest import wait_for
 from tests.controller.harness import FAST, NS, Cluster, running_cluster
 
@@ -265,6 +265,25 @@ async def test_a_failed_step_releases_the_other_pools_units(tmp_path: Path, faul
         assert len(cl.obtains()) == 2 and await cl.nodes() == []
 
 
+async def test_an_answer_short_of_the_units_asked_for_is_a_failed_step_and_is_released(tmp_path: Path) -> None:
+    """The cloud makes both slices but its answer names one: the controller does not take one slice for the
+    gang, releases both (looked up under the token) and says why; the gang is never Provisioned on half."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl, pool="tpu-a")
+        cl.cloud.faults("tpu-a").short_answer = 1
+        await cl.provreq("two-slices", ("slice", 4))
+        failed = await wait_event(cl, "two-slices", "ScaleUpFailed")
+        await cl.wait_condition("two-slices", "Provisioned", "False", "CapacityIsNotFound")
+
+        [call] = cl.obtains()
+        assert (call.outcome, call.nodes_created) == (CREATED, 4)
+        [release] = releases(cl)
+        assert (release.token, release.nodes_deleted) == (call.token, 4)
+        assert await cl.nodes() == []
+        assert "INCOMPLETE_RESULT" in failed["message"] and "1 of the 2 units" in failed["message"], failed
+        assert await record(cl, "two-slices") is None
+
+
 # -- 4. crash safety ------------------------------------------------------------------------------------------
 
 
@@ -313,6 +332,44 @@ async def test_a_restart_while_the_nodes_come_up_waits_for_them_without_a_new_ob
         await cl.wait_condition("coming-up", "Provisioned", "True", "CapacityIsProvisioned")
         assert [c for c in cl.history[1].calls] == []  # neither obtained nor released anything
         assert await names(cl) == before and created(cl) == 4
+
+
+async def test_a_restart_that_finds_a_unit_of_the_scale_up_gone_releases_it_whole_and_replans(
+        tmp_path: Path) -> None:
+    """A host of one slice is deleted while the controller is down: the new instance does not wait for a node
+    nobody will make; it releases every unit of the recorded scale-up and plans the gang again."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        await cl.provreq("coming-up", ("slice", 4))
+        first = await wait_record(cl, "coming-up", OBTAINED)
+        lost = sorted(await names(cl))[0]
+
+        await cl.stop()
+        await cl.http.request("DELETE", NODES.path(name=lost))
+        await cl.start()
+        await wait_for(lambda: any(c.token == first.tokens[0] for c in releases(cl)))
+        second = await wait_record(cl, "coming-up", OBTAINED)
+        assert second.tokens != first.tokens
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("coming-up", "Provisioned", "True", "CapacityIsProvisioned")
+        nodes = await cl.nodes()
+        assert len(nodes) == 4 and {n["metadata"]["labels"][TOKEN_LABEL] for n in nodes} == set(second.tokens)
+
+
+async def test_a_booked_node_removed_while_the_controller_is_down_revokes_the_booking(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        await cl.provreq("booked", ("slice", 4))
+        await wait_record(cl, "booked", OBTAINED)
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("booked", "Provisioned", "True", "CapacityIsProvisioned")
+        lost = sorted(await names(cl))[0]
+
+        await cl.stop()
+        await cl.http.request("DELETE", NODES.path(name=lost))
+        await cl.start()
+        await cl.wait_condition("booked", "CapacityRevoked", "True", "BookedNodeRemoved")
+        assert lost in (await cl.conditions("booked"))["CapacityRevoked"][2]
 
 
 async def test_a_request_deleted_while_the_controller_is_down_has_its_nodes_released_on_start(

@@ -23,14 +23,13 @@ from tests.crash.harness import (
 STATUS = {"verb": "patch", "resource": "provisioningrequests", "subresource": "status"}
 NODE_CREATE = {"verb": "create", "resource": "nodes"}
 
-BUG_A = pytest.mark.xfail(strict=True, reason="bug A: a partial gang is reported Provisioned after a restart")
 
 #: (the request to hold: the process is killed just before it would reach the server, extra faults first)
 KILL_POINTS = [
     pytest.param({**STATUS, "body_contains": "obtaining"}, [], id="before-the-intent-is-written"),
     pytest.param(NODE_CREATE, [], id="before-the-provider-call"),
-    pytest.param({**NODE_CREATE, "after": 1}, [], marks=BUG_A, id="after-the-first-node"),
-    pytest.param({**NODE_CREATE, "after": 2}, [], marks=BUG_A, id="after-the-first-slice"),
+    pytest.param({**NODE_CREATE, "after": 1}, [], id="after-the-first-node"),
+    pytest.param({**NODE_CREATE, "after": 2}, [], id="after-the-first-slice"),
     pytest.param({**NODE_CREATE, "after": 5}, [], id="before-the-last-node"),
     pytest.param({**STATUS, "body_contains": "obtained"}, [], id="after-the-last-node"),
     pytest.param({"verb": "patch", "resource": "nodes", "subresource": "status"}, [], id="after-the-obtained-write"),
@@ -40,7 +39,7 @@ KILL_POINTS = [
     # The 4th node cannot be created (a permanent error): the provider deletes what it made, and is killed at
     # its first delete.
     pytest.param({"verb": "delete", "resource": "nodes"}, [{**NODE_CREATE, "after": 3, "status": 403}],
-                 marks=BUG_A, id="during-the-rollback"),
+                 id="during-the-rollback"),
 ]
 
 

@@ -58,7 +58,6 @@ async def test_check_capacity_never_creates_a_node_when_planned_with_an_atomic_g
         assert tracebacks(run) == []
 
 
-@pytest.mark.xfail(strict=True, reason="bug C: a restarted process books other capacity than the PR's own nodes")
 @pytest.mark.parametrize("hold", [
     pytest.param({**STATUS, "body_contains": "obtained"}, id="provisioned-by-the-restarted-process"),
     pytest.param({"verb": "create", "resource": "events", "body_contains": "new nodes are Ready"},
@@ -99,7 +98,6 @@ async def test_a_restarted_process_books_the_requests_own_new_nodes(tmp_path: Pa
         assert tracebacks(second) == []
 
 
-@pytest.mark.xfail(strict=True, reason="bug D: the simulated cloud's unit ids restart at the same seed")
 async def test_unit_ids_never_repeat_across_processes(tmp_path: Path) -> None:
     flags = ("--scale-down-unneeded-time", "1s")
     async with crash_cluster(tmp_path) as cluster:

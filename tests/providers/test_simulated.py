@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from gangscale.providers.base import (
     Unit,
 )
 from gangscale.providers.simfaults import CREATED, FAILED, OBTAIN, RELEASE, RELEASED, REUSED, PoolFaults
-from gangscale.providers.simulated import KubeRequests, SimulatedProvider
+from gangscale.providers.simulated import KubeRequests, SimulatedProvider, unit_id_for
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault
 from tests import builders as b
 from tests.conftest import wait_for
@@ -63,9 +64,9 @@ async def make_provider(http: KubeHTTP, clock: ManualClock) -> AsyncIterator[Mak
     """Started providers on the shared server and clock, all closed at teardown."""
     made: list[SimulatedProvider] = []
 
-    async def make(pools: Sequence[NodePool] = POOLS, *, seed: int = 0,
+    async def make(pools: Sequence[NodePool] = POOLS, *,
                    before_start: Callable[[SimulatedProvider], None] | None = None) -> SimulatedProvider:
-        provider = SimulatedProvider(http, pools, clock, seed=seed)
+        provider = SimulatedProvider(http, pools, clock)
         made.append(provider)
         if before_start is not None:
             before_start(provider)
@@ -154,7 +155,7 @@ async def test_obtain_registers_not_ready_nodes(provider: SimulatedProvider, htt
     assert len(nodes) == units * pool.nodes_per_unit
     expected_quantities = {**CPU_NODE, "pods": "110"} if pool is CPU else TPU_NODE
     for unit in got.units:
-        assert re.fullmatch(rf"{pool.name}-[0-9a-f]{{5}}", unit.unit_id)
+        assert re.fullmatch(rf"{pool.name}-[0-9a-f]{{10}}", unit.unit_id)
         assert unit.nodes == tuple(f"{unit.unit_id}-{i}" for i in range(pool.nodes_per_unit))
         for name in unit.nodes:
             node = nodes[name]
@@ -446,7 +447,7 @@ async def test_partial_grant_creates_then_rolls_back_exactly_what_it_created(
     deleted = node_requests(apiserver, "delete")
     assert len(node_requests(apiserver, "create")) == 2  # one whole slice
     assert len(deleted) == 2 and len(set(deleted)) == 2
-    assert all(re.fullmatch(r"tpu-big-[0-9a-f]{5}-[01]", name) for name in deleted)
+    assert all(re.fullmatch(r"tpu-big-[0-9a-f]{10}-[01]", name) for name in deleted)
     assert await list_nodes(http) == {}
     assert provider.faults(big_tpu.name).partial_grant is None
     assert provider.available(big_tpu.name) == 5
@@ -563,13 +564,14 @@ async def test_failed_rollback_keeps_the_units_and_a_retry_finishes_them(
     assert (error.error_class, error.rolled_back) == (ErrorClass.TRANSIENT, False)
     designated = await provider.lookup("tok-1")
     assert designated is not None
+    assert designated.incomplete == (designated.units[0].unit_id,)  # the lookup says the slice is not whole
     assert sorted(await list_nodes(http)) == [designated.node_names[0]]
     assert provider.available(TPU.name) == 1  # the half-made slice still holds its stock
 
     apiserver.faults.clear()
     finished = await obtain(provider, TPU, 1, "tok-1")
 
-    assert finished == designated
+    assert finished == replace(designated, incomplete=())
     assert sorted(await list_nodes(http)) == sorted(designated.node_names)
     assert provider.calls[-1].nodes_created == 1
     await clock.advance(60)
@@ -606,7 +608,7 @@ async def test_a_new_instance_rebuilds_the_inventory(make_provider: MakeProvider
     await before.aclose()
     patches = len(node_requests(apiserver, "patch", "status"))
 
-    after = await make_provider()  # same seed: the ids it draws collide with the existing ones
+    after = await make_provider()
 
     assert await after.lookup("tok-ready") == ready_slice
     assert await after.lookup("tok-pending") == pending
@@ -627,6 +629,66 @@ async def test_a_new_instance_rebuilds_the_inventory(make_provider: MakeProvider
     await after.release(CPU.name, [u.unit_id for u in pending.units], token="rel-1")
     assert after.available(CPU.name) == 2
     assert await after.lookup("tok-pending") is None
+
+
+async def test_a_new_instance_finishes_exactly_the_intent_a_crashed_one_left(
+        make_provider: MakeProvider, http: KubeHTTP, apiserver: EmbeddedAPIServer) -> None:
+    """The first slice of three exists when the instance dies: the next one knows all three units, counts them
+    against the stock, names the two missing ones incomplete, and a repeated obtain makes exactly those."""
+    big_tpu = make_pool("tpu-big", TPU_NODE, nodes_per_unit=2, stock=5)
+    before = await make_provider([big_tpu])
+    apiserver.inject(verb="create", resource="nodes", after=2, hold=True)
+    crashed = asyncio.create_task(obtain(before, big_tpu, 3, "tok-1"))
+    await wait_for(lambda: bool(apiserver.faults.held))
+    crashed.cancel()  # the process dies between two node creates
+    apiserver.release_held(serve=False)
+    with pytest.raises(asyncio.CancelledError):
+        await crashed
+    await before.aclose()
+    made = sorted(await list_nodes(http))
+    assert len(made) == 2
+
+    after = await make_provider([big_tpu])
+
+    intent = [unit_id_for(big_tpu, "tok-1", i) for i in range(3)]
+    designated = await after.lookup("tok-1")
+    assert designated is not None
+    assert [unit.unit_id for unit in designated.units] == intent
+    assert designated.incomplete == tuple(intent[1:])
+    assert after.available(big_tpu.name) == 2  # all three units of the intent hold stock
+    finished = await obtain(after, big_tpu, 3, "tok-1")
+    assert finished == replace(designated, incomplete=())
+    assert after.calls[-1].nodes_created == 4
+    assert sorted(await list_nodes(http)) == sorted(finished.node_names)
+    assert set(made) < set(finished.node_names)
+
+
+async def test_a_lookup_after_a_restart_names_a_unit_whose_node_is_gone(
+        make_provider: MakeProvider, http: KubeHTTP) -> None:
+    before = await make_provider()
+    got = await obtain(before, CPU, 2, "tok-1")
+    await before.aclose()
+    await http.request("DELETE", b.NODES.path(name=got.units[1].nodes[0]))
+
+    after = await make_provider()
+
+    assert await after.lookup("tok-1") == replace(got, incomplete=(got.units[1].unit_id,))
+
+
+async def test_units_of_an_older_version_are_known_only_as_far_as_they_exist(
+        make_provider: MakeProvider, http: KubeHTTP) -> None:
+    """Random unit ids (an older version) cannot be rebuilt from the token: a repeated obtain returns what exists,
+    short of the count, and the controller treats that as a failed step."""
+    labels = {POOL_LABEL: CPU.name, UNIT_LABEL: "cpu-abcde", TOKEN_LABEL: "tok-old"}
+    node = b.node("cpu-abcde-0", labels=labels, ready="False")
+    node["metadata"]["annotations"] = {"simulated.gangscale.io/slot": "0/3"}
+    await http.request("POST", b.NODES.path(), body=node)
+
+    provider = await make_provider()
+
+    got = await obtain(provider, CPU, 3, "tok-old")
+    assert [unit.unit_id for unit in got.units] == ["cpu-abcde"]
+    assert provider.calls[-1].outcome == REUSED
 
 
 async def test_rebuild_respects_never_ready(make_provider: MakeProvider, http: KubeHTTP,
@@ -688,20 +750,18 @@ async def test_a_create_that_meets_an_existing_node_adopts_its_own_and_refuses_a
         make_provider: MakeProvider, http: KubeHTTP, owner: str) -> None:
     """The create answers 409: the cloud looks the node up; if it carries this token and unit (an earlier
     attempt made it) it is adopted, otherwise the name is taken and the obtain fails for good."""
-    first = await make_provider(seed=7)
-    got = await first.obtain("fast", 1, token="t-first", deadline=DEADLINE)
-    unit, taken = got.units[0].unit_id, got.units[0].nodes[0]
-    await first.release("fast", [unit], token="t-first")
-    # Without the pool label the restarted cloud's inventory does not list it: only the create meets it.
+    unit = unit_id_for(FAST, "t-second", 0)
+    taken = f"{unit}-0"
+    # Without the pool label the cloud's inventory does not list it: only the create meets it.
     labels = {TOKEN_LABEL: "t-second", UNIT_LABEL: unit} if owner == "the-same-unit" else {}
     await http.request("POST", b.NODES.path(), body=b.node(taken, labels=labels))
-    second = await make_provider(seed=7)
+    provider = await make_provider()
     if owner == "the-same-unit":
-        again = await second.obtain("fast", 1, token="t-second", deadline=DEADLINE)
+        again = await provider.obtain("fast", 1, token="t-second", deadline=DEADLINE)
         assert again.units[0].nodes == (taken,)
-        assert second.calls[-1].nodes_created == 0
+        assert provider.calls[-1].nodes_created == 0
     else:
         with pytest.raises(ProviderError) as raised:
-            await second.obtain("fast", 1, token="t-second", deadline=DEADLINE)
+            await provider.obtain("fast", 1, token="t-second", deadline=DEADLINE)
         assert (raised.value.error_class, raised.value.code) == (ErrorClass.PERMANENT, "NODE_NAME_TAKEN")
         assert taken in raised.value.message

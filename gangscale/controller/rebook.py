@@ -1,0 +1,65 @@
+"""Bookings rebuilt after a restart (DESIGN decisions 8 and 12): pure functions of the cluster and the record.
+
+A booking lives in memory, so a restarted process has none for a request that is (or becomes) Provisioned.
+For a request whose capacity came from a recorded scale-up, the capacity is the request's *own* new nodes (the
+nodes labelled with the record's tokens), and the booking is rebuilt there, never on whatever other capacity
+happens to be free: those nodes were made for it, Kueue may pin its pods to the pool named in
+``provisioningClassDetails``, and only a booking keeps scale-down off them.
+
+1. Every own node is held whole: the floor, so no own node is ever left unbooked; the plans below replace
+   that with the gang's pods on the nodes they use.
+2. The gang is planned onto its own nodes alone, as if none of its pods had arrived yet (the consumer pods
+   already bound there are taken out of the node's requests; a booking shrinks by them later, see
+   :func:`~gangscale.controller.bookings.live_bookings`) and with the node lifecycle taints lifted (a node
+   that just turned Ready may still carry ``not-ready`` for a moment). If it fits, that plan is the booking,
+   exactly as the original decision's was.
+3. Otherwise the original plan also used free room on nodes it did not make: the gang is planned onto its own
+   nodes plus the free capacity of the pools its scale-up used, and own nodes that plan does not use stay
+   held whole.
+
+A request provisioned without a scale-up (check-capacity, or a gang that fit on free capacity) has no own
+nodes: its booking is re-planned on free capacity, before any new request is planned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from gangscale.controller.bookings import Booked, planned_booking
+from gangscale.model.decision import Outcome
+from gangscale.model.gang import Gang
+from gangscale.model.policy import Policy
+from gangscale.model.resources import EMPTY, ResourceList
+from gangscale.model.snapshot import NodeState, Snapshot
+from gangscale.planner import plan
+
+#: Taints the node lifecycle controller puts on and lifts by itself; a booking outlives them.
+LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+def as_booked_for(node: NodeState, consumed: ResourceList) -> NodeState:
+    """``node`` as its booking owner planned it: before the owner's pods arrived, lifecycle taints aside."""
+    return replace(node, requested=node.requested - consumed, ready=True,
+                   taints=tuple(t for t in node.taints if t.key not in LIFECYCLE_TAINTS))
+
+
+def rebuilt_booking(gang: Gang | None, own: Iterable[NodeState], consumed: Mapping[str, ResourceList],
+                    snapshot: Snapshot, pools: Iterable[str], now: float, policy: Policy) -> Booked:
+    """The booking of a request whose scale-up made ``own``; see the module docstring.
+
+    ``snapshot`` is the cluster with every other booking in it; ``pools`` are the pools the scale-up used.
+    """
+    mine = [as_booked_for(node, consumed.get(node.name, EMPTY)) for node in own]
+    held: Booked = {node.name: node.allocatable for node in mine}
+    if gang is None or not mine:
+        return held
+    alone = plan(Snapshot((), tuple(mine), ()), [gang], now, policy)[0]
+    if alone.outcome is Outcome.FITS:
+        return {**held, **planned_booking(gang, alone, {})}
+    names, used = set(held), set(pools)
+    others = tuple(node for node in snapshot.nodes if node.name not in names and node.pool in used)
+    wider = plan(replace(snapshot, pools=(), nodes=(*mine, *others)), [gang], now, policy)[0]
+    if wider.outcome is Outcome.FITS:
+        return {**held, **planned_booking(gang, wider, {})}
+    return held
