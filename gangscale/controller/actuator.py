@@ -39,6 +39,9 @@ class Actuator:
                  attempts: int = 5) -> None:
         self.provider, self.clock, self.metrics, self.attempts = provider, clock, metrics, attempts
         self.pools = pools
+        #: Units released, until the controller's view of the nodes has caught up with their deletion (it prunes
+        #: this): a unit whose first hosts are gone from the cache and last ones not yet must not look broken.
+        self.released: set[str] = set()
 
     async def _timed(self, operation: str, call: Awaitable[T]) -> T:
         started = time.perf_counter()  # call latency is a real-time measurement, not a planning input
@@ -105,6 +108,7 @@ class Actuator:
         for attempt in range(1, self.attempts + 1):
             try:
                 await self._timed("release", self.provider.release(pool, unit_ids, token=token))
+                self.released.update(unit_ids)
                 return
             except ProviderError as exc:
                 if exc.error_class is not ErrorClass.TRANSIENT or attempt == self.attempts:

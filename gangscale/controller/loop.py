@@ -31,7 +31,7 @@ from gangscale.controller.cluster import ClusterView
 from gangscale.controller.passes import Pass
 from gangscale.controller.raysource import RaySource
 from gangscale.controller.raystate import RayGangState
-from gangscale.controller.record import OBTAINED, OBTAINING, from_status
+from gangscale.controller.record import OBTAINED, OBTAINING, Record, from_status
 from gangscale.controller.requests import Phase, RequestState, phase, served
 from gangscale.controller.settings import Settings
 from gangscale.controller.transitions import Transitions
@@ -82,6 +82,8 @@ class Controller:
         #: Units being removed by scale-down, and nodes of scale-ups being rolled back: not capacity any more.
         self.releasing: set[str] = set()
         self.leaving: set[str] = set()
+        #: Tokens of scale-up tasks running now, even for a request deleted meanwhile (its units are half made).
+        self.obtaining: set[str] = set()
         self.kick = asyncio.Event()
         self.ready = False
         #: Set with ``kick`` when the event is progress of decided work (skips the batch window).
@@ -333,6 +335,13 @@ class Controller:
             st.record = None  # the intent is not on the PR: the provider must not be called
             st.retry_at = self.clock.now() + self.settings.retry_initial
             return
+        self.obtaining.update(record.tokens)
+        try:
+            await self._obtain(st, record)
+        finally:
+            self.obtaining.difference_update(record.tokens)
+
+    async def _obtain(self, st: RequestState, record: Record) -> None:
         try:
             st.obtained = await self.actuator.obtain_all(record.steps, record.deadline)
         except ScaleUpFailed as exc:
@@ -363,7 +372,9 @@ class Controller:
         finally:
             self.leaving.difference_update(nodes)
         if not st.deleted:
-            st.record, st.obtained = None, {}
+            # Only the record of the scale-up released here: the request may have been re-planned meanwhile.
+            if st.record is not None and set(st.record.tokens) <= {step.token for step in steps}:
+                st.record, st.obtained = None, {}
             await self.sync(st)
         log.info("released %d unit(s) of %s", released, st.key)
 

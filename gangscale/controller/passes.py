@@ -29,7 +29,7 @@ from gangscale.controller.bookings import consumed_on, live_bookings, planned_bo
 from gangscale.controller.raystate import RayGangState
 from gangscale.controller.rebook import rebuilt_booking
 from gangscale.controller.requests import Phase, RequestState, phase
-from gangscale.controller.scaledown import next_due, plan_scale_down
+from gangscale.controller.scaledown import broken_units, next_due, plan_scale_down
 from gangscale.controller.transitions import WARNING, Actions
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import PODTEMPLATES, WORKLOADS
@@ -276,8 +276,10 @@ class Pass:
             backoff = ctl.backoffs.get(name, now)
             pools.append(PoolState(pool, self.unit_count(name), inflight[name],
                                    backoff.until if backoff else None, backoff.reason if backoff else ""))
-        # Nodes being released are on their way out: nobody may be planned onto them.
-        nodes = tuple(info.state for name, info in view.nodes.items() if name not in ctl.leaving)
+        # Nodes being released are on their way out, and a slice missing a host serves no slice workload: nobody
+        # may be planned onto them.
+        out = ctl.leaving | self.broken_nodes()
+        nodes = tuple(info.state for name, info in view.nodes.items() if name not in out)
         return Snapshot(tuple(pools), nodes, tuple(bookings))
 
     def unit_count(self, pool: str) -> int:
@@ -330,12 +332,17 @@ class Pass:
     def scale_down(self, now: float, snapshot: Snapshot, decisions: tuple[Decision, ...]) -> None:
         ctl, view = self.ctl, self.ctl.view
         units = view.units(ctl.pools)
+        # Units released whose deletion the cache has not fully shown yet are gone already.
+        ctl.actuator.released &= {unit for pool_units in units.values() for unit in pool_units}
         protected = {b.node for b in snapshot.bookings} | ctl.leaving
         protected |= {node for pool_units in units.values() for unit, nodes in pool_units.items()
-                      if unit in ctl.releasing for node in nodes}
+                      if unit in ctl.releasing or unit in ctl.actuator.released for node in nodes}
         protected |= {p.node for d in decisions for p in d.placements}
         protected |= {name for st in ctl.states.values() for got in st.obtained.values() for name in got.node_names
                       if phase(st) is Phase.PROVISIONING}
+        # By token too: a scale-up resumed after a restart knows its nodes only once its obtain has returned.
+        in_flight = self.in_flight_tokens()
+        protected |= {name for name, info in view.nodes.items() if info.token in in_flight}
         counts = {name: self.unit_count(name) for name in ctl.pools}
         removals = plan_scale_down(
             ctl.pools, units, counts, empty=view.empty, protected=frozenset(protected),
@@ -346,13 +353,28 @@ class Pass:
                 "at": rfc3339(now), "pool": removal.pool, "unit": removal.unit, "nodes": list(removal.nodes),
                 "idleSince": rfc3339(removal.idle_since), "dryRun": ctl.settings.dry_run}]
             ctl.metrics.scaled(removal.pool, "down", 1)
-            log.info("scale down %s: unit %s (%s) empty since %s", removal.pool, removal.unit,
-                     ", ".join(removal.nodes), rfc3339(removal.idle_since),
+            broken = len(removal.nodes) < ctl.pools[removal.pool].nodes_per_unit
+            log.info("scale down %s: unit %s (%s) %s since %s", removal.pool, removal.unit, ", ".join(removal.nodes),
+                     "missing hosts, empty" if broken else "empty", rfc3339(removal.idle_since),
                      extra={"pool": removal.pool, "unit": removal.unit, "dry_run": ctl.settings.dry_run})
             if not ctl.settings.dry_run:
                 ctl.idle_since.pop(removal.unit, None)
                 ctl.releasing.add(removal.unit)
                 ctl.spawn(self.remove_unit(removal.pool, removal.unit), f"scale-down {removal.unit}")
+
+    def in_flight_tokens(self) -> set[str]:
+        """Tokens of scale-ups not finished: recorded and not Provisioned yet, or with provider calls running."""
+        return self.ctl.obtaining | {token for st in self.ctl.states.values()
+                                     if phase(st) is Phase.PROVISIONING and st.record is not None
+                                     for token in st.record.tokens}
+
+    def broken_nodes(self) -> set[str]:
+        """Nodes of units missing hosts that no scale-up in progress completes: no gang may be planned there."""
+        ctl, view = self.ctl, self.ctl.view
+        in_flight = self.in_flight_tokens()
+        broken = broken_units(ctl.pools, view.units(ctl.pools), lambda node: view.nodes[node].unit is not None,
+                              lambda node: view.nodes[node].token in in_flight)
+        return {node for unit, nodes in broken.items() if unit not in ctl.actuator.released for node in nodes}
 
     async def remove_unit(self, pool: str, unit: str) -> None:
         try:

@@ -37,7 +37,7 @@ from gangscale.clock import rfc3339
 from gangscale.controller import conditions as C
 from gangscale.controller.cluster import PodInfo
 from gangscale.controller.raygcs import RayGcs
-from gangscale.controller.raystate import RayGangState, gang_key, recorded_gangs
+from gangscale.controller.raystate import ANNOTATION_PREFIX, RayGangState, gang_key, gang_uid, recorded_gangs
 from gangscale.controller.requests import Phase, phase
 from gangscale.controller.transitions import NORMAL, WARNING
 from gangscale.kube.errors import ApiError
@@ -255,12 +255,23 @@ class RaySource:
         if not (complete or now >= seen.changed + s.ray_batch_idle or now >= seen.first + s.ray_batch_max):
             return
         del self.forming[cluster.uid]
-        gang_id = f"{int(now):x}{next(self._seq) % 256:02x}"
+        gang_id = self.new_gang_id(cluster, now)
         gang = replica_gang(cluster, missing, gang_key(cluster, gang_id), seen.first)
         st = RayGangState.new(cluster, gang_id, missing, gang, seen.first, "gcs" if complete else "replicas")
         self.ctl.states[st.pr.uid] = st
         log.info("%s: gang %s formed from %s: %s", cluster.key, gang_id, st.source, st.description,
                  extra={"raycluster": cluster.key, "gang": gang_id})
+
+    def new_gang_id(self, cluster: RayCluster, now: float) -> str:
+        """An id no gang of the cluster has, nor had recorded on it: the sequence restarts with the process, so a
+        gang formed in the same second as one a previous process recorded must not take its id (its state key,
+        annotation and provider tokens all derive from the id)."""
+        annotations = (cluster.obj.get("metadata") or {}).get("annotations") or {}
+        for _ in range(256):
+            gang_id = f"{int(now):x}{next(self._seq) % 256:02x}"
+            if gang_uid(cluster.uid, gang_id) not in self.ctl.states and ANNOTATION_PREFIX + gang_id not in annotations:
+                return gang_id
+        raise RuntimeError(f"{cluster.key}: every gang id of second {int(now):x} is taken")
 
     def next_wake(self) -> float | None:
         s = self.ctl.settings

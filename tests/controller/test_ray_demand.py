@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from gangscale.kube.resources import EVENTS, PODS, RAYCLUSTERS, WORKLOADS
 from tests.conftest import wait_for
-from tests.controller.harness import NS, Cluster, running_cluster
+from tests.controller.harness import FAST, NS, Cluster, running_cluster
 from tests.raybuilders import group, raycluster, worker
 
 JSON = dict[str, Any]
@@ -206,6 +207,28 @@ async def test_a_restart_while_a_ray_gang_comes_up_obtains_nothing_twice(tmp_pat
         assert len(await cl.ready_nodes("gpu")) == 3
         await wait_ray_event(cl, "train", "Provisioned")
         assert sum(call.nodes_created for call in cl.obtains()) == 3
+
+
+async def test_a_gang_formed_in_the_same_second_as_a_recorded_one_after_a_restart_gets_its_own_id(
+        tmp_path: Path) -> None:
+    """Gang ids count from zero in every process: a gang formed right after a restart must not take the id of the
+    gang the previous process recorded on the cluster (its state, annotation and tokens derive from the id)."""
+    settings = replace(FAST, ray_batch_idle=0.0, ray_batch_max=0.0)
+    async with running_cluster(tmp_path, settings=settings) as cl:
+        cpu = {"cpu": "12"}
+        await create_cluster(cl, raycluster("train", [group("gpu", limits=GPU8), group("cpu", requests=cpu)]))
+        await scale(cl, "train", 0, 2)
+        await wait_for(lambda: obtained(cl) == [("gpu", 2)])
+        await wait_until(lambda: intents(cl, "train"), lambda got: len(got) == 1)
+        await cl.stop()
+        await cl.start()  # the clock has not moved: the same second
+        await scale(cl, "train", 1, 1)
+        await wait_until(lambda: intents(cl, "train"), lambda got: len(got) == 2)
+        assert sorted((c.pool, c.nodes_created) for c in cl.obtains() if c.nodes_created) == [("cpu", 1), ("gpu", 2)]
+        await cl.advance_stepwise(31)
+        assert len(await cl.ready_nodes("gpu")) == 2 and len(await cl.ready_nodes("cpu")) == 1
+        provisioned = [m for r, m in await ray_events(cl, "train") if r == "Provisioned"]
+        assert len(provisioned) == 2, provisioned
 
 
 async def test_a_raycluster_deleted_while_its_gang_comes_up_has_the_units_released(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ left, and never more than 6 nodes exist at once (issue "atomic across crashes").
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +87,26 @@ async def test_a_three_slice_gang_is_whole_or_absent_after_a_kill(tmp_path: Path
         await assert_all_or_nothing(cluster, "multislice")
         assert await second.stop() == 0
         assert tracebacks(second) == []
+
+
+async def test_a_slice_whose_removal_was_cut_short_is_removed_whole_by_the_next_process(tmp_path: Path) -> None:
+    """Scale-down deletes a slice host by host; killed after the first host, the next process finishes the removal
+    at once (a slice missing a host serves nothing) instead of waiting out the unneeded time again."""
+    async with crash_cluster(tmp_path) as cluster:
+        await cluster.template("slice-host", TPU_TEMPLATE)
+        await cluster.hold(verb="delete", resource="nodes", after=1)
+        first = await cluster.start_gangscale("--scale-down-unneeded-time", "1s")
+        await cluster.provreq("short-lived", "slice-host", 2, parameters={"bookingSeconds": "1"})
+        await cluster.kill_when_held(first)
+        assert len(cluster.nodes.alive) == 1
+
+        second = await cluster.start_gangscale("--scale-down-unneeded-time", "10m")
+        await wait_until_async(no_nodes(cluster), "the rest of the slice to be removed")
+        assert await second.stop() == 0
+        assert tracebacks(second) == []
+
+
+def no_nodes(cluster: Cluster) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return await cluster.list_nodes() == []
+    return check
