@@ -5,13 +5,25 @@ Life of the loop (DESIGN decisions 7, 12, 14):
 1. Start the reflectors (ProvisioningRequests, PodTemplates, Nodes, Pods) and wait until every one has
    finished its first LIST: nothing is decided on a partial view.
 2. Reconcile every recorded scale-up intent with the provider before planning anything new: resume an
-   ``obtaining`` intent with its own tokens (the provider returns what it already created), look up what an
-   ``obtained`` one got, and release units whose PR no longer exists while they were still coming up.
+   ``obtaining`` intent with its own tokens (the provider makes exactly the units of the intent still
+   missing), look up what an ``obtained`` one got (not whole any more: released and re-planned), count the
+   nodes of a Provisioned request's scale-up as booked nodes seen, and release units whose PR no longer
+   exists while they were still coming up.
 3. Then loop: wait for an event (batched: ~1 s idle, ~10 s at most) or the next deadline (a retry, a booking
    TTL, a provisioning deadline, a scale-down, a pool backoff ending), and run one pass (``passes.py``).
 
 Side effects run in guarded background tasks (every task is kept, its failure logged, all cancelled on
 exit), so a slow cloud call never stalls planning. ``--dry-run`` plans everything and writes nothing.
+
+What a restart reproduces, and what it resets (the audit; the README's "What survives a restart" has the
+table): rebuilt from the cluster and the cloud: owned conditions and scale-up records (the PR, or the
+RayCluster annotation), the units each token designates (the provider's own objects), attempt numbers (the
+record), bookings of Provisioned requests (on their own new nodes, ``rebook.py``), booked nodes seen (the
+scale-up's nodes), slices left half-removed (``scaledown.broken_units``), Ray gangs in flight (annotations;
+new gang ids skip theirs). Reset, because a fresh start is safe: a pending request's re-planning backoff (it
+is planned at once; an infeasible plan calls nothing), pool backoffs (the first new attempt fails
+all-or-nothing and backs off again), scale-down timers (removal comes later, never earlier), Ray demand being
+batched (a gang forms later, never twice), unsent events and metrics (informational).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from gangscale.sim.world import (
 JSON = dict[str, Any]
 
 #: Event reasons (gangscale's, on ProvisioningRequests) worth a timeline line of their own.
-WARNINGS_SHOWN = frozenset({"ScaleUpFailed", "ScaleUpTimedOut", "CapacityRevoked", "Expired"})
+WARNINGS_SHOWN = frozenset({"ScaleUpFailed", "ScaleUpTimedOut", "ScaleUpIncomplete", "CapacityRevoked", "Expired"})
 
 
 @dataclass
