@@ -90,7 +90,7 @@ log = logging.getLogger(__name__)
 
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _LABEL_VALUE_MAX = 63
-#: 40 bits of hash per unit id: a collision between two tokens' units is ~1e-4 at 10,000 tokens in one pool,
+#: 40 bits of hash per unit id: among 10,000 units of one pool a collision has a chance of ~5e-5 (n²/2⁴¹),
 #: and is caught (``NODE_NAME_TAKEN``), never silent.
 _UNIT_SUFFIX_HEX = 10
 
