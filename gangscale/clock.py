@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import heapq
 import itertools
 import time
+from collections.abc import Coroutine
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class Clock(Protocol):
@@ -28,6 +32,27 @@ class Clock(Protocol):
         """Sleep until the clock reads ``deadline`` (at once if it already does). Deadlines are absolute, so
         a sleeper that starts late still wakes on time."""
         ...
+
+
+
+class Sleeps:
+    """How many tasks of one job sleep on a :class:`ManualClock` now. A job is a task and every task it starts
+    (``asyncio.gather`` copies the context, so its children count here too); see :func:`counting_sleeps`. A job
+    whose tasks wait only for a manual clock to be moved is not under way: only moving the clock moves it."""
+
+    __slots__ = ("asleep",)
+
+    def __init__(self) -> None:
+        self.asleep = 0
+
+
+_SLEEPS: contextvars.ContextVar[Sleeps | None] = contextvars.ContextVar("gangscale_sleeps", default=None)
+
+
+async def counting_sleeps(coro: Coroutine[Any, Any, T], sleeps: Sleeps) -> T:
+    """Run ``coro`` with its manual-clock sleeps (and its child tasks') counted in ``sleeps``."""
+    _SLEEPS.set(sleeps)
+    return await coro
 
 
 def to_datetime(timestamp: float) -> datetime:
@@ -103,7 +128,14 @@ class ManualClock:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (deadline, next(self._seq), fut))
-        await fut
+        sleeps = _SLEEPS.get()
+        if sleeps is not None:
+            sleeps.asleep += 1
+        try:
+            await fut
+        finally:
+            if sleeps is not None:
+                sleeps.asleep -= 1
 
     @property
     def next_deadline(self) -> float | None:

@@ -1,19 +1,26 @@
-"""The controller: reflectors in, one planning pass per batch, provider calls and status writes out.
+"""The controller: reflectors and demand sources in, one pass per batch of change, side effects out.
 
 Life of the loop (DESIGN decisions 7, 12, 14):
 
-1. Start the reflectors (ProvisioningRequests, PodTemplates, Nodes, Pods) and wait until every one has
-   finished its first LIST: nothing is decided on a partial view.
-2. Reconcile every recorded scale-up intent with the provider before planning anything new: resume an
-   ``obtaining`` intent with its own tokens (the provider makes exactly the units of the intent still
-   missing), look up what an ``obtained`` one got (not whole any more: released and re-planned), count the
-   nodes of a Provisioned request's scale-up as booked nodes seen, and release units whose PR no longer
-   exists while they were still coming up.
-3. Then loop: wait for an event (batched: ~1 s idle, ~10 s at most) or the next deadline (a retry, a booking
-   TTL, a provisioning deadline, a scale-down, a pool backoff ending), and run one pass (``passes.py``).
+1. Start the reflectors (Nodes, Pods, and each demand source's: ProvisioningRequests, PodTemplates, Workloads,
+   RayClusters) and wait until every one has finished its first LIST: nothing is decided on a partial view.
+2. Reconcile every recorded scale-up intent with the provider before planning anything new: look up what an
+   ``obtained`` intent got (not whole any more: released and re-planned), count the nodes of a Provisioned
+   request's scale-up as booked nodes seen, and release units whose request no longer exists while they were
+   still coming up. An ``obtaining`` intent is resumed, with its own tokens, by the first pass (the provider
+   makes exactly the units of the intent still missing).
+3. Then loop: wait for a change or a due time, and run one pass (:meth:`Controller.run_once`).
 
-Side effects run in guarded background tasks (every task is kept, its failure logged, all cancelled on
-exit), so a slow cloud call never stalls planning. ``--dry-run`` plans everything and writes nothing.
+A pass is level-triggered and proportional to what changed. Reflector handlers only note the names of the
+objects that changed; a background task's result is queued. The pass applies those (the cluster view is updated
+object by object, each demand source turns its changed objects into requests), reconciles exactly the requests
+that are dirty or due (:mod:`reconcile`), plans every pending gang that is due in one ``plan()`` call, chooses
+units to scale down when nodes, pods or bookings moved, starts the side effects (:mod:`effects`) and writes the
+status of every request that changed. Nothing outside the loop changes a request.
+
+Batching without waiting: when the controller is idle, new demand is planned at once. While provider calls are
+under way, new demand gathers for the next pass (group commit), bounded by ``--batch-idle``/``--batch-max``;
+progress of decided work (a node turned Ready, a provider call returned) is handled at once.
 
 What a restart reproduces, and what it resets (the audit; the README's "What survives a restart" has the
 table): rebuilt from the cluster and the cloud: owned conditions and scale-up records (the PR, or the
@@ -30,39 +37,59 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
-from gangscale.clock import Clock, SystemClock, rfc3339, wait_event
+from gangscale.clock import Clock, Sleeps, SystemClock, counting_sleeps, rfc3339, wait_event
 from gangscale.controller import conditions as C
-from gangscale.controller.actuator import Actuator, ScaleUpFailed
+from gangscale.controller.actuator import Actuator
 from gangscale.controller.backoffs import PoolBackoffs
-from gangscale.controller.cluster import ClusterView
-from gangscale.controller.passes import Pass
+from gangscale.controller.demand import DemandSource
+from gangscale.controller.effects import Effects, Released, ScaledUp, Written
+from gangscale.controller.planning import Units, gangs_of, rebook, units_of
+from gangscale.controller.prsource import ProvReqSource
 from gangscale.controller.raysource import RaySource
-from gangscale.controller.raystate import RayGangState
-from gangscale.controller.record import OBTAINED, OBTAINING, Record, from_status
-from gangscale.controller.requests import Phase, RequestState, phase, served
+from gangscale.controller.reconcile import (
+    Actions,
+    Consumed,
+    Context,
+    Failure,
+    Release,
+    deadline,
+    decided,
+    obtained,
+    reconcile,
+    scale_up_failed,
+)
+from gangscale.controller.record import OBTAINED
+from gangscale.controller.request import Phase, Request, RequestState, phase
+from gangscale.controller.scaledown import next_due, plan_scale_down
 from gangscale.controller.settings import Settings
-from gangscale.controller.transitions import Transitions
+from gangscale.controller.snapshot import NOTHING, Holding, held, inflight_by_pool, pool_states, snapshot, unit_count
 from gangscale.controller.verify import scale_up_problems
-from gangscale.kube.errors import ApiError
-from gangscale.kube.reflector import Reflector, ReflectorEvent
-from gangscale.kube.resources import NODES, PODS, PODTEMPLATES, PROVREQS
+from gangscale.controller.view import ClusterView
+from gangscale.controller.workqueue import WorkQueue
+from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key
+from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP
-from gangscale.kube.writes import EventRecorder, apply_provreq_status, delete_provreq
+from gangscale.kube.writes import EventRecorder
+from gangscale.model.decision import Decision, Outcome
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
-from gangscale.providers.base import TOKEN_LABEL, NodePoolProvider
-from gangscale.sources.provreq import PROVISIONED_WHEN, parse
+from gangscale.planner import explain, plan, summarize
+from gangscale.providers.base import NodePoolProvider
 
 log = logging.getLogger(__name__)
 
-#: A pass runs at least this often even when nothing happens (a safety net, as informers resync).
+#: Every request is reconciled at least this often even when nothing happens (a safety net, as informers resync).
 RESYNC = 60.0
+#: Delay before a status write that failed is tried again (doubling, up to a minute).
+WRITE_RETRY = 1.0
 
 
 class Controller:
@@ -73,70 +100,271 @@ class Controller:
         self.settings = settings or Settings()
         self.clock = clock or SystemClock()
         self.metrics = metrics or Metrics(dry_run=self.settings.dry_run)
+        self.metrics.on_render = self._export_gauges
         self.pools = {pool.name: pool for pool in pools}
         self.policy = policy or Policy()
         s = self.settings
         self.backoffs = PoolBackoffs(s.pool_backoff_initial, s.pool_backoff_max, s.pool_backoff_reset)
-        self.transitions = Transitions(s, self.backoffs, self.pools)
         self.actuator = Actuator(provider, self.clock, self.metrics, self.pools, attempts=s.provider_attempts)
         self.recorder = EventRecorder(http)
-        self.prs = Reflector(http, PROVREQS)
-        self.templates = Reflector(http, PODTEMPLATES)
+        self.effects = Effects(self.actuator, self.recorder, self.clock, dry_run=s.dry_run)
+        self.view = ClusterView()
         self.nodes = Reflector(http, NODES)
         self.pods = Reflector(http, PODS)
-        self.reflectors: tuple[Reflector, ...] = (self.prs, self.templates, self.nodes, self.pods)
-        for reflector in self.reflectors:
-            reflector.add_handler(self._on_event)
-        self.ray = RaySource(self)
+        self.nodes.add_handler(self._on_node)
+        self.pods.add_handler(self._on_pod)
+        self.ray = RaySource(http, self)
+        self.provreqs = ProvReqSource(http, self, raycluster=self.ray.raycluster)
+        self.sources: dict[str, DemandSource] = {self.provreqs.name: self.provreqs, self.ray.name: self.ray}
+        self.reflectors: tuple[Reflector, ...] = (self.nodes, self.pods)
         self.states: dict[str, RequestState] = {}
-        self.view = ClusterView()
-        self.idle_since: dict[str, float] = {}
-        #: Units being removed by scale-down, and nodes of scale-ups being rolled back: not capacity any more.
+        self.queue = WorkQueue()
+        self.wakeup = asyncio.Event()
+        self.ready = False
+        #: Units being removed by scale-down, nodes of scale-ups being rolled back, tokens being obtained.
         self.releasing: set[str] = set()
         self.leaving: set[str] = set()
-        #: Tokens of scale-up tasks running now, even for a request deleted meanwhile (its units are half made).
         self.obtaining: set[str] = set()
-        self.kick = asyncio.Event()
-        self.ready = False
-        #: Set with ``kick`` when the event is progress of decided work (skips the batch window).
-        self.progress = False
+        self.idle_since: dict[str, float] = {}
         self.passes = 0
         self.pass_seconds = 0.0
         self.last_pass: float | None = None
-        self.pass_runner = Pass(self)
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._write_slots = asyncio.Semaphore(s.concurrency)
+        self.plans: dict[str, dict[str, Any]] = {}
+        self.scale_downs: list[dict[str, Any]] = []
+        self._settled = asyncio.Event()
+        self._init_indices()
+
+    def _init_indices(self) -> None:
+        self._holdings: dict[str, Holding] = {}
+        #: token -> request key, for every recorded scale-up; and the tokens of scale-ups not Provisioned yet.
+        self._token_owner: dict[str, str] = {}
+        self._provisioning: dict[str, tuple[str, ...]] = {}
+        #: node -> keys of requests booked on it.
+        self._booked_on: dict[str, set[str]] = defaultdict(set)
+        self._indexed: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._changed_nodes: set[str] = set()
+        self._changed_pods: set[tuple[str, str]] = set()
+        self._results: list[tuple[Callable[[Any], None], Any]] = []
+        self._tasks: dict[asyncio.Task[Any], Sleeps] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._demand = self._progress = self._freed = False
+        self._counted: dict[str, tuple[str, str]] = {}
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._write_failures: dict[str, int] = {}
+        self._retry_write_at: dict[str, float] = {}
+        self._scaled_view = -1
+        self._resync_at = 0.0
+        self._pass_now = 0.0
         self._failed: BaseException | None = None
 
-    # -- tasks ----------------------------------------------------------------------------------------------
+    # -- Host: what the demand sources may do ----------------------------------------------------------------------
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, progress: bool = True) -> asyncio.Task[Any]:
-        """A guarded background task: kept until done, its failure logged, cancelled when the loop stops.
+    def state(self, key: str) -> RequestState | None:
+        return self.states.get(key)
 
-        Its end wakes the loop; with ``progress`` the next pass skips the batch window."""
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
+    def requests_of(self, source: str) -> Iterable[RequestState]:
+        return [st for st in self.states.values() if st.request.source == source]
+
+    def add(self, st: RequestState) -> None:
+        old = self.states.get(st.key)
+        if old is not None:
+            self.forget(st.key, "replaced by a new object of the same name")
+        self.states[st.key] = st
+        self._index(st)
+        self.queue.mark(st.key)
+
+    def update(self, key: str, request: Request) -> None:
+        st = self.states.get(key)
+        if st is not None:
+            st.request = request
+            self.queue.mark(key)
+
+    def forget(self, key: str, why: str) -> None:
+        """The request's object is gone. Units still coming up for it are released; finished ones stay as ordinary
+        nodes (scale-down removes them once idle)."""
+        st = self.states.pop(key, None)
+        if st is None:
+            return
+        st.deleted = True
+        self._scaled_view = -1  # what it held is free now: scale-down looks again
+        self.sources[st.request.source].forgotten(key)
+        self.queue.forget(key)
+        self._unindex(st)
+        self._holdings.pop(key, None)
+        self._write_failures.pop(key, None)
+        self._retry_write_at.pop(key, None)
+        self.plans.pop(key, None)
+        self._uncount(key)
+        if phase(st) is Phase.PROVISIONING and not st.busy and st.record is not None:
+            self._start_release(Release(st, st.record.steps, tuple(self._nodes_of(st)), why))
+        if phase(st) is Phase.BOOKED:
+            self._freed = True
+
+    def mark(self, key: str) -> None:
+        self.queue.mark(key)
+
+    def wake(self) -> None:
+        self._demand = True
+        self.wakeup.set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, then: Callable[[Any], None] | None = None) -> None:
+        """A guarded background task: kept until done, cancelled when the loop stops. Its result (or exception)
+        is handed to ``then`` by the loop, at the start of the next pass."""
+        sleeps = Sleeps()
+        task = asyncio.create_task(counting_sleeps(coro, sleeps), name=name)
+        self._tasks[task] = sleeps
 
         def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("background task %s failed", t.get_name(), exc_info=t.exception())
-            self.progress = self.progress or progress
-            self.kick.set()
+            self._tasks.pop(t, None)
+            if t.cancelled():
+                return
+            error = t.exception()
+            if error is not None and then is None:
+                log.error("background task %s failed", t.get_name(), exc_info=error)
+            if then is not None:
+                self._results.append((then, error if error is not None else t.result()))
+            self._progress = True
+            self.wakeup.set()
+            self._settled.set()
 
         task.add_done_callback(done)
-        return task
+
+    def emit(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        if not self.settings.dry_run:
+            self.spawn(self.effects.record(obj, [(event_type, reason, message)]), f"event {reason}")
+
+    # -- World: what reconciling reads ------------------------------------------------------------------------------
+
+    def node_present(self, name: str) -> bool:
+        return name in self.view.nodes
+
+    def node_ready(self, name: str) -> bool:
+        return self.view.ready(name)
+
+    def consumed(self, st: RequestState) -> Consumed | None:
+        return self.sources[st.request.source].consumed(st)
+
+    # -- reflector handlers: note what changed ----------------------------------------------------------------------
+
+    def _on_node(self, event: ReflectorEvent) -> None:
+        self._changed_nodes.add(str((event.obj.get("metadata") or {}).get("name", "")))
+        self._progress = True
+        self.wakeup.set()
+
+    def _on_pod(self, event: ReflectorEvent) -> None:
+        self._changed_pods.add(object_key(event.obj))
+        self._progress = True
+        self.wakeup.set()
+
+    # -- lifecycle --------------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        try:
+            for source in self.sources.values():
+                self.reflectors = (*self.reflectors, *await source.start())
+            for reflector in self.reflectors:
+                self._run_background(reflector.run(), f"reflector {reflector.resource.plural}")
+            await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
+            await self.provider.start()
+            self._apply_cluster_changes()
+            for source in self.sources.values():
+                source.recover()
+            await self._reconcile_intents()
+            self.ready = True
+            log.info("synced and reconciled; serving classes %s%s", ", ".join(self.settings.classes),
+                     " (dry run)" if self.settings.dry_run else "")
+            while True:
+                self.run_guarded()
+                await self.wait_for_work()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        finally:
+            await self.aclose()
+
+    def _run_background(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
+        """A task that runs as long as the loop (a reflector): its failure is logged, it is cancelled at the end."""
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._background.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("background task %s failed", t.get_name(), exc_info=t.exception())
+
+        task.add_done_callback(done)
 
     async def aclose(self) -> None:
-        await self.ray.gcs.aclose()
-        tasks = list(self._tasks)
+        for source in self.sources.values():
+            await source.aclose()
+        tasks = [*self._tasks, *self._background]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    # -- health -------------------------------------------------------------------------------------------
+    def run_guarded(self) -> None:
+        started = time.perf_counter()
+        try:
+            self.run_once()
+        except Exception:
+            # One bad pass must not stop the controller: log it and try again at the next wake-up.
+            log.exception("pass failed")
+        self.passes += 1
+        self.pass_seconds += time.perf_counter() - started  # real time spent, for benchmarks
+        self.last_pass = self.clock.now()
+        self._settled.set()
+
+    async def wait_for_work(self) -> None:
+        """Until something changed or is due. New demand that arrives while provider calls are under way gathers
+        for one pass (within the batch window flags); progress is handled at once."""
+        if not self.wakeup.is_set():
+            await wait_event(self.clock, self.wakeup, self._next_time(self._pass_now))
+        s = self.settings
+        if self._demand and not self._progress and self.obtaining and s.batch_idle > 0:
+            first = self.clock.now()
+            while self.obtaining and not self._progress:
+                self.wakeup.clear()
+                until = min(self.clock.now() + s.batch_idle, first + s.batch_max)
+                if not await wait_event(self.clock, self.wakeup, until):
+                    break
+
+    def _next_time(self, now: float) -> float:
+        """The earliest time after ``now`` (the last pass's time) at which something is due. A time due by then
+        was handled by that pass: waking for it again would spin."""
+        times = [self.queue.next_time(), next_due(self.idle_since, self.settings.scale_down_unneeded_time),
+                 *(source.next_wake() for source in self.sources.values()), self._resync_at or now + RESYNC]
+        return min((t for t in times if t is not None and t > now), default=now + RESYNC)
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing to do and nothing under way: no change or result waiting, no task running, nothing due."""
+        return not self.busy_with()
+
+    def busy_with(self) -> list[str]:
+        """What keeps the controller from being :attr:`quiet` (for diagnostics)."""
+        due = self.queue.next_time()
+        # A task waiting for a manual clock to be moved is not under way: it cannot move until time does.
+        running = [t for t, sleeps in self._tasks.items() if not sleeps.asleep]
+        reasons = [
+            ("not ready", not self.ready), ("woken", self.wakeup.is_set()),
+            (f"{len(running)} task(s): {sorted(t.get_name() for t in running)[:3]}", bool(running)),
+            (f"{len(self._results)} result(s)", bool(self._results)), ("dirty keys", self.queue.has_dirty),
+            (f"due at {due}", due is not None and due <= self.clock.now())]
+        return [text for text, busy in reasons if busy]
+
+    async def wait_quiet(self) -> None:
+        """Until :attr:`quiet`. Quiet only changes when a pass or a task ends, which sets ``_settled``: no clock,
+        no polling."""
+        while not self.quiet:
+            self._settled.clear()
+            await self._settled.wait()
+
+    # -- health -----------------------------------------------------------------------------------------------------
 
     def healthy(self) -> tuple[bool, str]:
         if self._failed is not None:
@@ -153,148 +381,400 @@ class Controller:
         return False, ("waiting for the first list of " + ", ".join(waiting)) if waiting else \
             "reconciling recorded scale-ups"
 
-    # -- the loop -------------------------------------------------------------------------------------------
+    # -- the pass ---------------------------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Run until cancelled."""
-        try:
-            ray = await self.ray.detect()
-            if ray is not None:
-                ray.add_handler(self._on_event)
-                self.reflectors = (*self.reflectors, ray)
-            for reflector in self.reflectors:
-                self.spawn(reflector.run(), f"reflector {reflector.resource.plural}")
-            await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
-            await self.provider.start()
-            self.ray.recover()
-            await self.reconcile()
-            self.ready = True
-            log.info("synced and reconciled; serving classes %s%s", ", ".join(self.settings.classes),
-                     " (dry run)" if self.settings.dry_run else "")
-            while True:
-                await self.pass_guarded()
-                await self.wait_for_work()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            self._failed = exc
-            raise
-        finally:
-            await self.aclose()
+    def run_once(self, now: float | None = None) -> None:
+        """One pass at ``now`` (default: the clock): apply what changed and what tasks returned, reconcile the
+        requests that are dirty or due, plan the pending ones together, scale down, start effects, write."""
+        now = self.clock.now() if now is None else now
+        self._pass_now = now
+        self.wakeup.clear()
+        self._demand = self._progress = False
+        for then, result in self._take_results():
+            then(result)
+        self._apply_cluster_changes()
+        for source in self.sources.values():
+            source.sync(now)
+        if now >= self._resync_at:
+            self.queue.mark_all(self.states)
+            self._resync_at = now + RESYNC
+        keys = self.queue.take(now)
+        ctx = Context(now, self.settings, self.pools, self.backoffs, self)
+        acts = Actions()
+        to_plan = []
+        for key in sorted(keys):
+            st = self.states.get(key)
+            if st is not None and reconcile(st, ctx, acts):
+                to_plan.append(st)
+        if acts.capacity_freed or self._freed:
+            self._freed = False
+            to_plan += self._retry_waiting(ctx, keys)
+        touched = {st.key for st in to_plan} | {k for k in keys if k in self.states}
+        self._refresh(touched)
+        self._rebook(touched, now)
+        if to_plan:
+            self._plan(to_plan, ctx, acts)
+            self._refresh({st.key for st in to_plan})
+        self._scale_down(now, bool(touched))
+        self._act(acts)
+        self._finish(touched, now)
 
-    async def pass_guarded(self) -> None:
-        started = time.perf_counter()
-        try:
-            await self.pass_runner.run()
-        except Exception:
-            # One bad pass must not stop the controller: log it and try again at the next wake-up.
-            log.exception("planning pass failed")
-        self.passes += 1
-        self.pass_seconds += time.perf_counter() - started  # real time spent, for benchmarks
-        self.last_pass = self.clock.now()
+    def _take_results(self) -> list[tuple[Callable[[Any], None], Any]]:
+        results, self._results = self._results, []
+        return results
 
-    async def wait_for_work(self) -> None:
-        # Deadlines are absolute: one that passed while the pass ran (or while a test moved the clock) wakes
-        # the loop at once instead of being re-armed from a later "now".
-        ran_at = self.pass_runner.ran_at
-        kicked = await wait_event(self.clock, self.kick, min(self.pass_runner.next_wake(ran_at), ran_at + RESYNC))
-        # The batch window gathers new demand (Karpenter-style); progress of work already decided (a node
-        # turned Ready, a provider call returned) needs no gathering and is handled at once.
-        if kicked and self.settings.batch_idle > 0 and not self.progress:
-            first = self.clock.now()
-            while True:
-                self.kick.clear()
-                deadline = min(self.clock.now() + self.settings.batch_idle, first + self.settings.batch_max)
-                if not await wait_event(self.clock, self.kick, deadline) or self.progress:
-                    break
-        self.kick.clear()
-        self.progress = False
+    def _apply_cluster_changes(self) -> None:
+        nodes, self._changed_nodes = self._changed_nodes, set()
+        for name in nodes:
+            touched = self.view.apply_node(name, self.nodes.get("", name))
+            self.queue.mark_all(self._token_owner[t] for t in touched.tokens if t in self._token_owner)
+            self.queue.mark_all(self._booked_on.get(name, ()))
+        pods, self._changed_pods = self._changed_pods, set()
+        for key in pods:
+            touched = self.view.apply_pod(key, self.pods.get(*key))
+            self.queue.mark_all(k for k in touched.consumers if k in self.states)
 
-    def _on_event(self, event: ReflectorEvent) -> None:
-        self.kick.set()
-        obj = event.obj
-        if obj.get("kind") == "Node" and self._awaited(obj):
-            self.progress = True
-        if obj.get("kind") != "ProvisioningRequest" and "provisioningClassName" not in (obj.get("spec") or {}):
-            return
-        uid = str((obj.get("metadata") or {}).get("uid", ""))
-        st = self.states.get(uid)
-        if event.type == "DELETED" and st is not None:
-            self.forget(st)
-        elif event.type == "ADDED" and st is None:
-            pr = parse(obj)
-            if served(pr, self.settings.classes, self.settings.processor_instance):
-                st = self.states[uid] = RequestState.from_object(pr)
-                if not st.conditions.get(C.ACCEPTED):
-                    # Accepted at once, outside the batch window: the requester learns in milliseconds that
-                    # gangscale owns the request.
-                    st.set(C.ACCEPTED, True, C.R_ACCEPTED, C.M_ACCEPTED, rfc3339(self.clock.now()))
-                    self.spawn(self.sync(st), f"accept {st.key}", progress=False)
-
-    def _awaited(self, node: dict[str, Any]) -> bool:
-        """Could a scale-up in progress be waiting for this node? (Cheap: called for every node event.)"""
-        return TOKEN_LABEL in ((node.get("metadata") or {}).get("labels") or {})
-
-    def forget(self, st: RequestState) -> None:
-        """The PR (or RayCluster) is gone. Units still coming up for it are released; finished ones stay as
-        ordinary nodes."""
-        st.deleted = True
-        self.states.pop(st.pr.uid, None)
-        if phase(st) is Phase.PROVISIONING and not st.busy and st.record is not None:
-            self.spawn(self.release(st, f"its {self.kind(st)} was deleted"), f"release {st.key}")
-        if phase(st) is Phase.BOOKED:
-            self.capacity_freed()
-
-    def capacity_freed(self) -> None:
-        """Capacity was handed back: requests waiting out a retry backoff may be planned at once."""
+    def _retry_waiting(self, ctx: Context, done: set[str]) -> list[RequestState]:
+        """Capacity was handed back: requests waiting out a retry backoff are planned now."""
+        again = []
         for st in self.states.values():
-            if phase(st) is Phase.PENDING:
+            if phase(st) is Phase.PENDING and st.retry_at is not None and not st.busy:
                 st.retry_at = None
-        self.kick.set()
+                if st.key not in done and reconcile(st, ctx, Actions()):
+                    again.append(st)
+        return again
 
-    # -- state from the caches ----------------------------------------------------------------------------------
+    def _plan(self, to_plan: list[RequestState], ctx: Context, acts: Actions) -> None:
+        started = time.perf_counter()
+        gangs = gangs_of(to_plan, self.sources, ctx.now)
+        if not gangs:
+            return
+        units = self._units()
+        decisions = plan(self._snapshot(ctx.now, units), gangs.values(), ctx.now, self.policy)
+        by_key = {st.key: st for st in to_plan}
+        for decision in decisions:
+            decided(by_key[decision.gang], decision, ctx, acts)
+        self._record_plans(decisions, by_key, ctx.now)
+        self.metrics.plan_pass(time.perf_counter() - started, len(gangs))
 
-    def refresh_states(self) -> None:
-        live: set[str] = set()
-        for obj in self.prs.cache.values():
-            pr = parse(obj)
-            if not served(pr, self.settings.classes, self.settings.processor_instance):
-                continue
-            live.add(pr.uid)
-            st = self.states.get(pr.uid)
-            if st is None:
-                self.states[pr.uid] = RequestState.from_object(pr)
+    def _rebook(self, candidates: set[str], now: float) -> None:
+        lost = [st for key in candidates if (st := self.states.get(key)) is not None
+                and phase(st) is Phase.BOOKED and st.booking is None and not st.deleted]
+        if lost:
+            rebook(lost, self.sources, self.view, self._snapshot(now, self._units()), now, self.policy)
+            for st in lost:
+                if st.record is not None:
+                    log.info("%s: booking rebuilt on its own new node(s) after a restart", st.key,
+                             extra={"pr": st.key})
+            self._refresh({st.key for st in lost})
+
+    def _units(self) -> Units:
+        return units_of(self.view, self.pools, self._in_flight_tokens(), self.actuator.released)
+
+    def _in_flight_tokens(self) -> set[str]:
+        """Tokens of scale-ups not finished: recorded and not Provisioned yet, or with provider calls running."""
+        return self.obtaining.union(*self._provisioning.values())
+
+    def _snapshot(self, now: float, units: Units) -> Any:
+        inflight = inflight_by_pool(self._holdings.values())
+        going = self.releasing | self.actuator.released
+        counts = {name: unit_count(self.view, pool, units.by_pool.get(name, {}), going, self.leaving)
+                  for name, pool in self.pools.items()}
+        unusable = self.leaving | {node for nodes in units.broken.values() for node in nodes}
+        return snapshot(pool_states(self.pools, counts, inflight, self.backoffs, now), self.view,
+                        self._holdings.values(), unusable)
+
+    def _scale_down(self, now: float, changed: bool) -> None:
+        due = next_due(self.idle_since, self.settings.scale_down_unneeded_time)
+        if not changed and self.view.version == self._scaled_view and (due is None or due > now):
+            return
+        self._scaled_view = self.view.version
+        units = self._units()
+        released = self.actuator.released
+        released &= {unit for pool_units in units.by_pool.values() for unit in pool_units}
+        protected = {b.node for holding in self._holdings.values() for b in holding.bookings} | self.leaving
+        protected |= {node for pool_units in units.by_pool.values() for unit, nodes in pool_units.items()
+                      if unit in self.releasing or unit in released for node in nodes}
+        # By token: a scale-up resumed after a restart knows its nodes only once its obtain has returned.
+        protected |= {node for token in self._in_flight_tokens() for node in self.view.by_token.get(token, ())}
+        going = self.releasing | released
+        counts = {name: unit_count(self.view, pool, units.by_pool.get(name, {}), going, self.leaving)
+                  for name, pool in self.pools.items()}
+        view = self.view
+        removals = plan_scale_down(
+            self.pools, units.by_pool, counts, empty=view.empty, protected=frozenset(protected),
+            labelled=lambda node: view.nodes[node].unit is not None and not view.nodes[node].deleting,
+            idle_since=self.idle_since, now=now, unneeded_time=self.settings.scale_down_unneeded_time)
+        for removal in removals:
+            broken = len(removal.nodes) < self.pools[removal.pool].nodes_per_unit
+            self.scale_downs = [*self.scale_downs[-49:], {
+                "at": rfc3339(now), "pool": removal.pool, "unit": removal.unit, "nodes": list(removal.nodes),
+                "idleSince": rfc3339(removal.idle_since), "dryRun": self.settings.dry_run}]
+            self.metrics.scaled(removal.pool, "down", 1)
+            log.info("scale down %s: unit %s (%s) %s since %s", removal.pool, removal.unit, ", ".join(removal.nodes),
+                     "missing hosts, empty" if broken else "empty", rfc3339(removal.idle_since),
+                     extra={"pool": removal.pool, "unit": removal.unit, "dry_run": self.settings.dry_run})
+            if not self.settings.dry_run:
+                self.idle_since.pop(removal.unit, None)
+                self.releasing.add(removal.unit)
+                self.spawn(self.actuator.release(removal.pool, [removal.unit], f"scale-down-{removal.unit}"),
+                           f"scale-down {removal.unit}", then=functools.partial(self._unit_gone, removal.unit))
+
+    def _unit_gone(self, unit: str, result: object) -> None:
+        if isinstance(result, BaseException):
+            log.warning("could not scale down unit %s: %s", unit, result)
+        self.releasing.discard(unit)
+        self._scaled_view = -1
+
+    # -- effects ----------------------------------------------------------------------------------------------------
+
+    def _act(self, acts: Actions) -> None:
+        for st in acts.scale_up:
+            self._start_scale_up(st, resume=False)
+        for st in acts.resume:
+            log.info("resuming the recorded scale-up of %s (%s)", st.key, st.record.tokens if st.record else ())
+            self._start_scale_up(st, resume=True)
+        for release in acts.release:
+            self._start_release(release)
+        for st in acts.delete:
+            if not self.settings.dry_run:
+                self.spawn(self.sources[st.request.source].delete(st), f"delete {st.key}")
+
+    def _start_scale_up(self, st: RequestState, *, resume: bool) -> None:
+        record = st.record
+        assert record is not None
+        source = self.sources[st.request.source]
+        intent = None
+        events: list[tuple[str, str, str]] = []
+        if not resume:
+            body = source.status(st)
+            intent = (body, repr(body))
+            events, st.events = st.events, []
+            source.note_events(st, events)
+        st.task = "scale-up"
+        self.obtaining.update(record.tokens)
+        self.spawn(self.effects.scale_up(source, st, record, intent, events), f"scale-up {st.key}",
+                   then=lambda result: self._scaled_up(st, result))
+
+    def _scaled_up(self, st: RequestState, result: ScaledUp | BaseException) -> None:
+        st.task = None
+        now = self.clock.now()
+        if isinstance(result, BaseException):
+            log.error("the scale-up of %s failed unexpectedly", st.key, exc_info=result)
+            self.obtaining.difference_update(st.record.tokens if st.record else ())
+            st.record, st.retry_at = None, now + self.settings.retry_initial
+            self.queue.mark(st.key)
+            return
+        record = result.record
+        self.obtaining.difference_update(record.tokens)
+        if result.intent_error is not None:
+            if result.intent_error.not_found or result.intent_error.conflict:
+                self.forget(st.key, f"its {st.request.kind} is gone")
+                return
+            log.warning("could not record the scale-up intent of %s: %s", st.key, result.intent_error)
+            st.record = None  # the intent is not on the object: the provider was not called
+            st.retry_at = now + self.settings.retry_initial
+        else:
+            if result.intent_body is not None:
+                self._observe_written(st, result.intent_body, now)
+            ctx = Context(now, self.settings, self.pools, self.backoffs, self)
+            if result.failures:
+                failures = [Failure(error, self._asked(record, error.pool), self._held_units(error.pool, st.key))
+                            for error in result.failures]
+                st.record = None
+                for pool in scale_up_failed(st, failures, ctx):
+                    self.metrics.backoff(pool, next(f.error.error_class.value for f in failures
+                                                    if f.error.pool == pool))
             else:
-                st.pr = pr
-        for uid in set(self.states) - live:
-            if not isinstance(self.states[uid], RayGangState):  # the Ray source keeps those
-                self.forget(self.states[uid])
+                assert result.obtained is not None
+                for step in record.steps:
+                    self.metrics.scaled(step.pool, "up", step.units)
+                obtained(st, record, result.obtained, now, self.settings)
+            if st.deleted and result.obtained is not None:
+                # Deleted while its units were obtained: hand back whatever was obtained.
+                self._start_release(Release(st, record.steps, tuple(self._nodes_of(st)),
+                                            f"its {st.request.kind} was deleted while the units were obtained"))
+        self._index(st)
+        self.queue.mark(st.key)
 
-    async def reconcile(self) -> None:
+    def _asked(self, record: Any, pool: str) -> int:
+        return sum(step.units for step in record.steps if step.pool == pool)
+
+    def _held_units(self, pool: str, but: str) -> int:
+        units = self.view.units(self.pools).get(pool, {})
+        count = unit_count(self.view, self.pools[pool], units, self.releasing, self.leaving)
+        coming = sum(n for key, holding in self._holdings.items() if key != but for p, n in holding.inflight
+                     if p == pool)
+        return count + coming
+
+    def _start_release(self, release: Release) -> None:
+        self.leaving.update(release.nodes)
+        key = release.st.key
+        self.spawn(self.effects.release(key, release.steps, release.nodes, release.why), f"release {key}",
+                   then=lambda result: self._released(release.st, release, result))
+
+    def _released(self, st: RequestState, release: Release, result: Released | BaseException) -> None:
+        self.leaving.difference_update(release.nodes)
+        self._scaled_view = -1
+        if st.deleted:
+            return
+        # Only the record of the scale-up released here: the request may have been re-planned meanwhile.
+        if st.record is not None and set(st.record.tokens) <= {step.token for step in release.steps}:
+            st.record, st.obtained = None, {}
+            self._index(st)
+        self.queue.mark(st.key)
+
+    # -- writes -----------------------------------------------------------------------------------------------------
+
+    def _finish(self, touched: set[str], now: float) -> None:
+        for key in touched:
+            st = self.states.get(key)
+            if st is None:
+                continue
+            self._index(st)
+            self._count(st)
+            at = deadline(st, self.settings, now)
+            retry = self._retry_write_at.get(key)
+            if retry is not None:
+                at = retry if at is None or at <= now else min(at, retry)
+            self.queue.requeue(key, at if at is not None and at > now else None)
+            self._write(st, now)
+
+    def _write(self, st: RequestState, now: float) -> None:
+        if st.busy or st.deleted or self._retry_write_at.get(st.key, now) > now:
+            return
+        source = self.sources[st.request.source]
+        body = source.status(st)
+        key = repr(body)
+        if key == st.written and not st.events:
+            self._drop_if_finished(st)
+            return
+        events, st.events = st.events, []
+        source.note_events(st, events)
+        st.task = "write"
+        self.spawn(self.effects.write(source, st, body, key, events), f"write {st.key}",
+                   then=lambda result: self._written(st, result))
+
+    def _written(self, st: RequestState, result: Written | BaseException) -> None:
+        st.task = None
+        if isinstance(result, BaseException):
+            log.error("writing the status of %s failed unexpectedly", st.key, exc_info=result)
+            self.queue.requeue(st.key, self.clock.now() + WRITE_RETRY)
+            return
+        if result.error is not None:
+            if result.error.not_found or result.error.conflict:
+                self.forget(st.key, f"its {st.request.kind} is gone")
+                return
+            failures = self._write_failures[st.key] = self._write_failures.get(st.key, 0) + 1
+            delay = min(60.0, WRITE_RETRY * 2 ** (failures - 1))
+            log.warning("could not write the status of %s (retrying in %.0fs): %s", st.key, delay, result.error)
+            self._retry_write_at[st.key] = self.clock.now() + delay
+            self.queue.requeue(st.key, self._retry_write_at[st.key])
+            return
+        self._write_failures.pop(st.key, None)
+        self._retry_write_at.pop(st.key, None)
+        self._observe_written(st, result.body, self.clock.now())
+        self.queue.mark(st.key)  # anything that came due or changed while the write ran is handled now
+
+    def _observe_written(self, st: RequestState, body: str, now: float) -> None:
+        st.written = body
+        before = st.reported
+        st.reported = {ctype: (cond.status, cond.reason) for ctype, cond in st.conditions.items()}
+        for ctype, cond in st.conditions.items():
+            if before.get(ctype) != (cond.status, cond.reason):
+                self.metrics.outcome(st.request.class_name, cond.reason)
+                if ctype not in before:
+                    self.metrics.condition_latency(st.request.class_name, ctype, now - st.request.created)
+                log.info("%s: %s=%s (%s) %s", st.key, ctype, cond.status, cond.reason, cond.message,
+                         extra={"pr": st.key, "condition": ctype, "reason": cond.reason,
+                                "dry_run": self.settings.dry_run})
+
+    def _drop_if_finished(self, st: RequestState) -> None:
+        if st.request.forget_when_done and phase(st) is Phase.DONE and not st.busy:
+            key = st.key
+            self.forget(key, "done")
+
+    # -- indices and counts -----------------------------------------------------------------------------------------
+
+    def _refresh(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            st = self.states.get(key)
+            if st is None:
+                continue
+            holding = held(st, self.view, self.sources[st.request.source].consumers(st))
+            if holding is NOTHING:
+                self._holdings.pop(key, None)
+            else:
+                self._holdings[key] = holding
+
+    def _index(self, st: RequestState) -> None:
+        tokens = st.record.tokens if st.record is not None else ()
+        booked = tuple(st.booking or ())
+        if self._indexed.get(st.key) == (tokens, booked):
+            self._index_phase(st, tokens)
+            return
+        self._unindex(st)
+        self._indexed[st.key] = (tokens, booked)
+        for token in tokens:
+            self._token_owner[token] = st.key
+        for node in booked:
+            self._booked_on[node].add(st.key)
+        self._index_phase(st, tokens)
+
+    def _index_phase(self, st: RequestState, tokens: tuple[str, ...]) -> None:
+        if tokens and phase(st) is Phase.PROVISIONING:
+            self._provisioning[st.key] = tokens
+        else:
+            self._provisioning.pop(st.key, None)
+
+    def _unindex(self, st: RequestState) -> None:
+        tokens, booked = self._indexed.pop(st.key, ((), ()))
+        self._provisioning.pop(st.key, None)
+        for token in tokens:
+            if self._token_owner.get(token) == st.key:
+                del self._token_owner[token]
+        for node in booked:
+            keys = self._booked_on.get(node)
+            if keys is not None:
+                keys.discard(st.key)
+                if not keys:
+                    del self._booked_on[node]
+
+    def _count(self, st: RequestState) -> None:
+        label = (st.request.class_name, phase(st).value.lower())
+        if self._counted.get(st.key) != label:
+            self._uncount(st.key)
+            self._counted[st.key] = label
+            self._counts[label] += 1
+
+    def _uncount(self, key: str) -> None:
+        label = self._counted.pop(key, None)
+        if label is not None:
+            self._counts[label] -= 1
+            if self._counts[label] <= 0:
+                del self._counts[label]
+
+    def _nodes_of(self, st: RequestState) -> list[str]:
+        return [name for got in st.obtained.values() for name in got.node_names]
+
+    # -- startup ----------------------------------------------------------------------------------------------------
+
+    async def _reconcile_intents(self) -> None:
         """Before the first plan: settle every recorded intent with the provider (DESIGN decision 12)."""
-        self.refresh_states()
-        self.view.refresh(self.nodes.cache.values(), self.pods.cache.values())
-        known: set[str] = set()
-        for obj in self.prs.cache.values():
-            record = from_status(obj.get("status") or {})
-            if record is not None:
-                known.update(record.tokens)
+        known = set(self.provreqs.recorded_tokens())
         for st in self.states.values():
             if st.record is not None:
                 known.update(st.record.tokens)
         for st in sorted(self.states.values(), key=lambda s: s.key):
-            if phase(st) is Phase.BOOKED and st.record is not None:
-                await self.recover_booked(st)
-            if phase(st) is not Phase.PROVISIONING or st.record is None:
+            if st.record is None:
                 continue
-            if st.record.phase == OBTAINING:
-                log.info("resuming the recorded scale-up of %s (%s)", st.key, st.record.tokens)
-                st.task = self.spawn(self.scale_up(st, resume=True), f"scale-up {st.key}")
-            elif st.record.phase == OBTAINED:
-                await self.recover_obtained(st)
-        await self.release_orphans(known)
+            if phase(st) is Phase.BOOKED:
+                await self._recover_booked(st)
+            elif phase(st) is Phase.PROVISIONING and st.record.phase == OBTAINED:
+                await self._recover_obtained(st)
+        await self._release_orphans(known)
 
-    async def recover_obtained(self, st: RequestState) -> None:
+    async def _recover_obtained(self, st: RequestState) -> None:
         """A scale-up whose units were all granted before the restart: the provider must still have every one of
         them, whole; otherwise what is left is released and the request re-planned."""
         assert st.record is not None
@@ -307,23 +787,25 @@ class Controller:
             why = (f"after a restart the provider no longer has every unit of this scale-up ({'; '.join(problems)}); "
                    "released the rest and re-planning")
             st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(self.clock.now()))
-            await self.release(st, why)
+            steps, nodes = st.record.steps, tuple(self._nodes_of(st))
+            st.record, st.obtained = None, {}
+            self._start_release(Release(st, steps, nodes, why))
 
-    async def recover_booked(self, st: RequestState) -> None:
+    async def _recover_booked(self, st: RequestState) -> None:
         """A request Provisioned before the restart had every node of its scale-up Ready then: each counts as a
         booked node seen, so one removed while gangscale was down revokes the booking (``CapacityRevoked``)
         instead of going unnoticed. Not with ``provisionedWhen: requested``, whose nodes may never have
         registered before Provisioned=True."""
         assert st.record is not None
-        if st.pr.parameters.get(PROVISIONED_WHEN, "").lower() == "requested":
+        if st.request.provisioned_when_requested:
             return
         for step in st.record.steps:
             got = await self.provider.lookup(step.token)
             if got is not None:
                 st.booking_seen.update(got.node_names)
 
-    async def release_orphans(self, known: set[str]) -> None:
-        """Units that were coming up for a PR deleted while gangscale was down."""
+    async def _release_orphans(self, known: set[str]) -> None:
+        """Units that were coming up for a request deleted while gangscale was down."""
         orphans: dict[tuple[str, str], set[str]] = {}
         for name, info in self.view.nodes.items():
             if info.token and info.token not in known and info.pool and not info.state.ready \
@@ -337,132 +819,56 @@ class Controller:
             except Exception:
                 log.exception("could not release orphaned units of pool %s", pool)
 
-    # -- side effects ------------------------------------------------------------------------------------------
+    # -- reporting --------------------------------------------------------------------------------------------------
 
-    async def scale_up(self, st: RequestState, *, resume: bool = False) -> None:
-        """Record the intent, obtain every unit or none, then say so on the PR."""
-        record = st.record
-        assert record is not None
-        if not resume and not await self.sync(st):
-            st.record = None  # the intent is not on the PR: the provider must not be called
-            st.retry_at = self.clock.now() + self.settings.retry_initial
-            return
-        self.obtaining.update(record.tokens)
-        try:
-            await self._obtain(st, record)
-        finally:
-            self.obtaining.difference_update(record.tokens)
+    def _record_plans(self, decisions: Sequence[Decision], by_key: dict[str, RequestState], now: float) -> None:
+        dry = self.settings.dry_run
+        for d in decisions:
+            self.plans[d.gang] = {"at": rfc3339(now), "request": d.gang, "class": by_key[d.gang].request.class_name,
+                                  "outcome": d.outcome.value, "summary": summarize(d), "explain": explain(d),
+                                  "dryRun": dry}
+            if dry or d.outcome is not Outcome.FITS:
+                log.info("%s %s", "would" if dry and d.outcome is Outcome.SCALE_UP else "decided", explain(d),
+                         extra={"pr": d.gang, "outcome": d.outcome.value, "dry_run": dry})
+                if dry and d.outcome is Outcome.SCALE_UP:
+                    for step in d.steps:
+                        self.metrics.scaled(step.pool, "up", step.units)
 
-    async def _obtain(self, st: RequestState, record: Record) -> None:
-        try:
-            st.obtained = await self.actuator.obtain_all(record.steps, record.deadline)
-        except ScaleUpFailed as exc:
-            self.pass_runner.scale_up_failed(st, exc)
-        else:
-            for step in record.steps:
-                self.metrics.scaled(step.pool, "up", step.units)
-            st.record = record.with_phase(OBTAINED)
-            self.transitions.obtained(st, self.clock.now())
-        if not st.deleted:
-            await self.sync(st)
-            await self.flush_events(st)
-        if st.deleted:
-            # Deleted at any point of the scale-up (forget() leaves a busy request to its task): hand back
-            # whatever was obtained.
-            await self.release(st, f"its {self.kind(st)} was deleted while the units were obtained")
-
-    async def release(self, st: RequestState, why: str, steps: Sequence[Any] | None = None,
-                      nodes: Sequence[str] = ()) -> None:
-        steps = tuple(steps if steps is not None else (st.record.steps if st.record else ()))
-        nodes = tuple(nodes) or tuple(name for got in st.obtained.values() for name in got.node_names)
-        if not steps:
-            return
-        self.leaving.update(nodes)
-        try:
-            log.info("releasing the scale-up of %s: %s", st.key, why)
-            released = await self.actuator.release_steps(steps)
-        finally:
-            self.leaving.difference_update(nodes)
-        if not st.deleted:
-            # Only the record of the scale-up released here: the request may have been re-planned meanwhile.
-            if st.record is not None and set(st.record.tokens) <= {step.token for step in steps}:
-                st.record, st.obtained = None, {}
-            await self.sync(st)
-        log.info("released %d unit(s) of %s", released, st.key)
-
-    async def sync(self, st: RequestState) -> bool:
-        """Apply the request's status as gangscale sees it, if it changed; False if it could not be written."""
-        async with st.lock:
-            body = st.status_body()
-            key = repr(body)
-            if key == st.applied:
-                return True
-            now = self.clock.now()
-            if not self.settings.dry_run:
-                try:
-                    async with self._write_slots:
-                        if isinstance(st, RayGangState):
-                            await self.ray.write(st)
-                        else:
-                            await apply_provreq_status(self.http, st.pr.namespace, st.pr.name, body, uid=st.pr.uid)
-                except ApiError as exc:
-                    if exc.not_found or exc.conflict:
-                        st.deleted = True
-                    else:
-                        log.warning("could not write the status of %s: %s", st.key, exc)
-                    return False
-            self.observe_written(st, now)
-            st.applied = key
-            return True
-
-    def observe_written(self, st: RequestState, now: float) -> None:
-        before = st.reported
-        st.reported = {ctype: (cond.status, cond.reason) for ctype, cond in st.conditions.items()}
-        for ctype, cond in st.conditions.items():
-            if before.get(ctype) != (cond.status, cond.reason):
-                self.metrics.outcome(st.pr.class_name, cond.reason)
-                if ctype not in before:
-                    self.metrics.condition_latency(st.pr.class_name, ctype, now - st.pr.created)
-                log.info("%s: %s=%s (%s) %s", st.key, ctype, cond.status, cond.reason, cond.message,
-                         extra={"pr": st.key, "condition": ctype, "reason": cond.reason,
-                                "dry_run": self.settings.dry_run})
-
-    async def flush_events(self, st: RequestState) -> None:
-        events, st.events = st.events, []
-        if isinstance(st, RayGangState):
-            for _, reason, _ in events:
-                self.metrics.ray_event(st.pr.namespace, st.pr.name, reason)
-        if self.settings.dry_run or st.deleted:
-            return
-        for event_type, reason, message in events:
-            await self.recorder.record(st.pr.obj, event_type, reason, message, self.clock.now())
-
-    async def delete(self, st: RequestState) -> None:
-        if self.settings.dry_run or isinstance(st, RayGangState):
-            return
-        try:
-            await delete_provreq(self.http, st.pr.namespace, st.pr.name, st.pr.uid)
-            log.info("deleted %s: its outcome is older than %ss", st.key, self.settings.terminal_ttl)
-        except ApiError as exc:
-            log.warning("could not delete %s: %s", st.key, exc)
-
-    @staticmethod
-    def kind(st: RequestState) -> str:
-        return "RayCluster" if isinstance(st, RayGangState) else "ProvisioningRequest"
+    def _export_gauges(self) -> None:
+        """The gauges, computed when they are read (``Metrics.on_render``)."""
+        now = self.clock.now()
+        self.metrics.set_requests(dict(self._counts))
+        self.metrics.set_bookings(sum(n for (_, state), n in self._counts.items() if state == Phase.BOOKED.lower()))
+        self.metrics.set_backed_off(self.backoffs.active(now))
+        booked = {node for st in self.states.values() if phase(st) is Phase.BOOKED for node in (st.booking or {})}
+        by_state: dict[tuple[str, str], int] = defaultdict(int)
+        for pool, pool_units in self.view.units(self.pools).items():
+            for nodes in pool_units.values():
+                if not all(self.view.ready(n) for n in nodes):
+                    continue
+                state = "booked" if booked & set(nodes) else "idle" if all(map(self.view.empty, nodes)) else "busy"
+                by_state[(pool, state)] += 1
+                by_state[(pool, "ready")] += 1
+        for pool, count in inflight_by_pool(
+                Holding(inflight=tuple((s.pool, s.units) for s in st.record.steps))
+                for st in self.states.values() if phase(st) is Phase.PROVISIONING and st.record is not None).items():
+            by_state[(pool, "provisioning")] += count
+        self.metrics.set_pool_units(by_state)
 
     def debug_plans(self) -> dict[str, Any]:
-        """What ``GET /debug/plans`` shows: the last pass's decisions, recent scale-downs, every request's phase."""
+        """What ``GET /debug/plans`` shows: the latest decisions, recent scale-downs, every request's phase."""
         now = self.clock.now()
         return {
             "dryRun": self.settings.dry_run,
             "passes": self.passes,
             "lastPass": rfc3339(self.last_pass) if self.last_pass is not None else None,
-            "decisions": self.pass_runner.plans,
-            "scaleDowns": self.pass_runner.scale_downs,
+            "decisions": [self.plans[key] for key in sorted(self.plans) if key in self.states],
+            "scaleDowns": self.scale_downs,
             "backedOffPools": {pool: {"until": rfc3339(b.until), "reason": b.reason}
                                for pool, b in self.backoffs.active(now).items()},
-            "requests": [{"request": st.key, "class": st.pr.class_name, "phase": phase(st).value,
+            "requests": [{"request": st.key, "class": st.request.class_name, "phase": phase(st).value,
                           "conditions": {t: f"{c.status}/{c.reason}: {c.message}" for t, c in st.conditions.items()},
                           "retryAt": rfc3339(st.retry_at) if st.retry_at else None}
                          for st in sorted(self.states.values(), key=lambda s: s.key)],
         }
+

@@ -17,21 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from gangscale.controller.transitions import WARNING
+from gangscale.controller.demand import Host
+from gangscale.controller.reconcile import WARNING
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import SECRETS
+from gangscale.kube.transport import KubeHTTP
 from gangscale.sources.raycluster import RayCluster
 from gangscale.sources.raygangs import GroupShape, constraint_needs, gang_needs, group_ray_resources
 from gangscale.sources.raygcs import GcsReader, GcsUnavailable, ResourceState, grpc_available
-
-if TYPE_CHECKING:
-    from gangscale.controller.loop import Controller
 
 log = logging.getLogger(__name__)
 TOKEN_KEY = "auth_token"
@@ -45,9 +44,14 @@ class Endpoint:
 
 
 class RayGcs:
-    def __init__(self, ctl: Controller) -> None:
-        self.ctl = ctl
-        self.on = ctl.settings.ray_gcs and grpc_available()
+    """The GCS pollers of the Ray source; ``changed(cluster uid)`` is called (by a poller) when what a cluster's
+    head reports changed."""
+
+    def __init__(self, http: KubeHTTP, host: Host, changed: Callable[[str], None]) -> None:
+        self.http = http
+        self.host = host
+        self.changed = changed
+        self.on = host.settings.ray_gcs and grpc_available()
         self.reader: GcsReader | None = None
         self.latest: dict[str, ResourceState] = {}
         self.errors: dict[str, str] = {}
@@ -65,26 +69,28 @@ class RayGcs:
                 self.latest.pop(uid, None)
         for uid, (cluster, endpoint) in want.items():
             if uid not in self._polls:
-                task = self.ctl.spawn(self.poll(cluster, endpoint), f"gcs {cluster.key}", progress=False)
+                # A poller of its own (not a loop task): it runs as long as the cluster is a source.
+                task = asyncio.create_task(self.poll(cluster, endpoint), name=f"gcs {cluster.key}")
+                task.add_done_callback(_report_failure)
                 self._polls[uid] = (endpoint, task)
         reachable = {(c.namespace, c.name): c.uid in self.latest for c, _ in want.values()}
-        self.ctl.metrics.set_ray_gcs(reachable)
+        self.host.metrics.set_ray_gcs(reachable)
 
     async def poll(self, cluster: RayCluster, endpoint: Endpoint) -> None:
-        ctl = self.ctl
+        settings, clock = self.host.settings, self.host.clock
         if self.reader is None:
             self.reader = GcsReader()
         while True:
             try:
                 token = await self.token(cluster, endpoint.secret)
-                state = await self.reader.read(endpoint.address, token=token, timeout=ctl.settings.ray_gcs_timeout)
+                state = await self.reader.read(endpoint.address, token=token, timeout=settings.ray_gcs_timeout)
             except (GcsUnavailable, ValueError) as exc:
                 if self.errors.get(cluster.uid) != str(exc):
                     log.warning("%s: cannot read the Ray GCS at %s (%s); using the spec's replicas only",
                                 cluster.key, endpoint.address, exc)
                 self.errors[cluster.uid] = str(exc)
                 if self.latest.pop(cluster.uid, None) is not None:
-                    ctl.kick.set()
+                    self.changed(cluster.uid)
             else:
                 if cluster.uid in self.errors:
                     log.info("%s: reading the Ray GCS at %s", cluster.key, endpoint.address)
@@ -93,14 +99,14 @@ class RayGcs:
                 self.latest[cluster.uid] = state
                 if before is None or (before.gangs, before.constraints, len(before.nodes)) != \
                         (state.gangs, state.constraints, len(state.nodes)):
-                    ctl.kick.set()
-            await ctl.clock.sleep(ctl.settings.ray_gcs_interval)
+                    self.changed(cluster.uid)
+            await clock.sleep(settings.ray_gcs_interval)
 
     async def token(self, cluster: RayCluster, secret: str | None) -> str | None:
         if secret is None:
             return None
         try:
-            obj = await self.ctl.http.request("GET", SECRETS.path(cluster.namespace, secret))
+            obj = await self.http.request("GET", SECRETS.path(cluster.namespace, secret))
         except ApiError as exc:
             raise GcsUnavailable(f"cannot read the auth token from Secret {cluster.namespace}/{secret}: {exc}") \
                 from exc
@@ -149,12 +155,22 @@ class RayGcs:
         if (cluster.uid, pg_id) in self._unplaceable:
             return
         self._unplaceable.add((cluster.uid, pg_id))
-        self.ctl.ray.emit(cluster.obj, WARNING, "GangUnplaceable",
-                          f"placement group {pg_id} cannot be placed on any worker group: {why}")
+        self.host.metrics.ray_event(cluster.namespace, cluster.name, "GangUnplaceable")
+        self.host.emit(cluster.obj, WARNING, "GangUnplaceable",
+                       f"placement group {pg_id} cannot be placed on any worker group: {why}")
 
     async def aclose(self) -> None:
-        for _, task in self._polls.values():
-            task.cancel()
+        tasks = [task for _, task in self._polls.values()]
         self._polls.clear()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if self.reader is not None:
             await self.reader.aclose()
+
+
+def _report_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("GCS poller %s stopped", task.get_name(), exc_info=task.exception())

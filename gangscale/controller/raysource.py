@@ -1,7 +1,8 @@
-"""Ray demand in the loop: autoscaling RayClusters -> Ray gangs, planned with the ProvisioningRequests.
+"""Autoscaling RayClusters as a demand source: their missing worker replicas become whole gangs.
 
-Each pass (:meth:`RaySource.refresh`, before the transitions run) does, per RayCluster that is a demand source
-(``enableInTreeAutoscaling`` and not managed by Kueue, see :mod:`gangscale.sources.raycluster`):
+For each RayCluster that changed since the last pass (its object, its worker pods, what its head's GCS reports,
+the life of one of its gangs), and that is a demand source (``enableInTreeAutoscaling`` and not managed by
+Kueue, see :mod:`gangscale.sources.raycluster`):
 
 1. The target replicas per worker group: what the spec asks for (clamped to min/max) or, when the head's GCS is
    read (``gangscale[ray]``), the Ray nodes the cluster has plus what its pending placement groups and
@@ -10,18 +11,18 @@ Each pass (:meth:`RaySource.refresh`, before the transitions run) does, per RayC
    provisioned or booked for the cluster (less those that landed on their nodes).
 3. Missing replicas *form* a gang: the Ray autoscaler raises ``replicas`` in steps (at most 10 nodes per
    5-s iteration), so the demand is held until it has not changed for ``ray_batch_idle`` or has been forming
-   for ``ray_batch_max``; what the GCS reports is complete at once and is not held. A formed gang is a
-   :class:`RayGangState`, planned, scaled up and booked like a ProvisioningRequest (all-or-nothing).
-4. A gang not provisioned yet follows the demand: it grows or shrinks with it, and is withdrawn (an Event
-   says so, nothing is obtained) when Ray no longer asks for it (``replicas`` lowered, ``workersToDelete``).
-   A gang already obtaining units is not cancelled: the units come up, and the normal scale-down removes what
-   stays empty (decision 9).
+   for ``ray_batch_max``; what the GCS reports is complete at once and is not held. A formed gang is a request
+   (:mod:`raygang`), planned, scaled up and booked like a ProvisioningRequest (all-or-nothing).
+4. A gang not provisioned yet follows the demand: it grows or shrinks with it, and is withdrawn (an Event says
+   so, nothing is obtained) when Ray no longer asks for it (``replicas`` lowered, ``workersToDelete``). A gang
+   already obtaining units is not cancelled: the units come up, and the normal scale-down removes what stays
+   empty (decision 9).
 5. A booked gang ends when its pods are on its nodes, when the cluster has no unplaced replica left in the
-   gang's groups, or when the booking TTL passes.
+   gang's groups (:meth:`RaySource.consumed`), or when the booking TTL passes.
 
-A RayCluster that cannot be read (a bad worker group) gets one Warning Event per generation and is skipped;
-everything else goes on. If the API does not serve ``ray.io/v1`` RayClusters, the source is off (checked once
-at start; install the CRD and restart to turn it on).
+A RayCluster that cannot be read (a bad worker group) gets one Warning Event per change and is skipped;
+everything else goes on. If the API does not serve ``ray.io/v1`` RayClusters, the source is off (checked once at
+start; install the CRD and restart to turn it on).
 """
 
 from __future__ import annotations
@@ -29,20 +30,31 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.controller import conditions as C
-from gangscale.controller.cluster import PodInfo
+from gangscale.controller.demand import Host
+from gangscale.controller.raygang import (
+    ANNOTATION_PREFIX,
+    NAME,
+    RayGang,
+    annotation_body,
+    gang_key,
+    gang_uid,
+    recorded_gangs,
+    request_of,
+)
 from gangscale.controller.raygcs import RayGcs
-from gangscale.controller.raystate import ANNOTATION_PREFIX, RayGangState, gang_key, gang_uid, recorded_gangs
-from gangscale.controller.requests import Phase, phase
-from gangscale.controller.transitions import NORMAL, WARNING
+from gangscale.controller.reconcile import NORMAL, WARNING, Consumed
+from gangscale.controller.request import Phase, RequestState, phase
+from gangscale.controller.view import PodInfo
 from gangscale.kube.errors import ApiError
-from gangscale.kube.reflector import Reflector
+from gangscale.kube.reflector import Reflector, ReflectorEvent
 from gangscale.kube.resources import RAYCLUSTERS
+from gangscale.kube.transport import KubeHTTP
+from gangscale.model.gang import Gang
 from gangscale.sources.raycluster import (
     RayCluster,
     RayClusterError,
@@ -54,14 +66,12 @@ from gangscale.sources.raycluster import (
     parse_raycluster,
     placed_replicas,
     replica_gang,
-    workers_by_cluster,
 )
 
-if TYPE_CHECKING:
-    from gangscale.controller.loop import Controller
-
+JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
+SERVED = "every replica the cluster wants is on a node"
 
 
 @dataclass
@@ -74,135 +84,220 @@ class Forming:
 
 
 class RaySource:
-    def __init__(self, ctl: Controller) -> None:
-        self.ctl = ctl
+    name = NAME
+
+    def __init__(self, http: KubeHTTP, host: Host) -> None:
+        self.http = http
+        self.host = host
         self.reflector: Reflector | None = None
-        self.gcs = RayGcs(ctl)
+        self.gcs = RayGcs(http, host, self._gcs_changed)
+        self.gangs: dict[str, RayGang] = {}
         self.forming: dict[str, Forming] = {}
         self._seq = itertools.count()
+        #: Clusters to look at in the next pass, by uid (``*`` for every one).
+        self._dirty: set[str] = set()
+        self._changed_objects: set[tuple[str, str]] = set()
+        self._parsed: dict[str, tuple[str, RayCluster]] = {}
+        self._uid_of: dict[tuple[str, str], str] = {}
+        self._phases: dict[str, Phase] = {}
         #: cluster uid -> the problem last reported, so a broken RayCluster is reported once per change.
         self._reported: dict[str, str] = {}
+        self._missing: dict[str, dict[str, int]] = {}
 
-    # -- start -------------------------------------------------------------------------------------------------
+    # -- start ------------------------------------------------------------------------------------------------------
 
-    async def detect(self) -> Reflector | None:
+    async def start(self) -> list[Reflector]:
         """The RayCluster reflector, if the API serves ``ray.io/v1`` RayClusters and the source is on."""
-        if not self.ctl.settings.ray:
-            return None
+        if not self.host.settings.ray:
+            return []
         try:
-            found = await self.ctl.http.request("GET", f"/apis/{RAYCLUSTERS.group}/{RAYCLUSTERS.version}")
+            found = await self.http.request("GET", f"/apis/{RAYCLUSTERS.group}/{RAYCLUSTERS.version}")
         except ApiError as exc:
             if not exc.not_found:
                 log.warning("could not discover ray.io/v1 (%s); Ray demand is off until a restart", exc)
             else:
                 log.info("the API does not serve ray.io/v1 RayClusters; Ray demand is off")
-            return None
+            return []
         if not any(r.get("name") == RAYCLUSTERS.plural for r in found.get("resources") or ()):
             log.info("ray.io/v1 has no rayclusters resource; Ray demand is off")
-            return None
-        self.reflector = Reflector(self.ctl.http, RAYCLUSTERS)
-        return self.reflector
+            return []
+        self.reflector = Reflector(self.http, RAYCLUSTERS)
+        self.reflector.add_handler(self._on_cluster)
+        return [self.reflector]
+
+    def raycluster(self, namespace: str, name: str) -> JSON | None:
+        """A RayCluster from the cache (for the elastic-slice ProvisioningRequests of Kueue-managed clusters)."""
+        return self.reflector.get(namespace, name) if self.reflector is not None else None
 
     def recover(self) -> None:
         """Before the first plan: a gang for every intent recorded on a RayCluster, for the loop to reconcile."""
         if self.reflector is None:
             return
+        now = self.host.clock.now()
         for obj in self.reflector.cache.values():
-            try:
-                cluster = parse_raycluster(obj)
-            except RayClusterError:
+            cluster = self._parse(obj)
+            if cluster is None:
                 continue
             for gang_id, replicas, record in recorded_gangs(obj):
-                now = self.ctl.clock.now()
-                gang = replica_gang(cluster, replicas, gang_key(cluster, gang_id), now)
-                st = RayGangState.new(cluster, gang_id, replicas, gang, now, "recorded")
-                st.record = record
-                st.applied = st.body_key()
-                self.ctl.states[st.pr.uid] = st
+                gang = RayGang(cluster.uid, gang_id, replicas, describe(replicas, cluster),
+                               replica_gang(cluster, replicas, gang_key(cluster, gang_id), now), now, "recorded")
+                st = RequestState(request_of(cluster, gang), record=record, attempts=record.attempt)
+                st.written = repr(annotation_body(st, gang))
+                self.gangs[st.key] = gang
+                self.host.add(st)
                 log.info("%s: found the recorded scale-up of gang %s (%s)", cluster.key, gang_id,
                          describe(replicas, cluster))
+        self._dirty.add("*")
 
-    # -- each pass ---------------------------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        await self.gcs.aclose()
 
-    def states(self) -> list[RayGangState]:
-        return [st for st in self.ctl.states.values() if isinstance(st, RayGangState)]
+    # -- changes ----------------------------------------------------------------------------------------------------
 
-    def clusters(self) -> dict[str, RayCluster]:
-        assert self.reflector is not None
-        out = {}
-        for obj in self.reflector.cache.values():
-            meta = obj.get("metadata") or {}
-            uid = str(meta.get("uid", ""))
-            try:
-                out[uid] = parse_raycluster(obj)
-                self._reported.pop(uid, None)
-            except RayClusterError as exc:
-                self.report_bad(obj, uid, str(exc))
-        return out
+    def _on_cluster(self, event: ReflectorEvent) -> None:
+        meta = event.obj.get("metadata") or {}
+        self._changed_objects.add((str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        self.host.wake()
 
-    def refresh(self, now: float) -> None:
+    def _gcs_changed(self, uid: str) -> None:
+        self._dirty.add(uid)
+        self.host.wake()
+
+    def _parse(self, obj: JSON) -> RayCluster | None:
+        meta = obj.get("metadata") or {}
+        uid, rv = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+        cached = self._parsed.get(uid)
+        if cached is not None and cached[0] == rv:
+            return cached[1]
+        try:
+            cluster = parse_raycluster(obj)
+        except RayClusterError as exc:
+            self._report_bad(obj, uid, str(exc))
+            self._parsed.pop(uid, None)
+            return None
+        self._reported.pop(uid, None)
+        self._parsed[uid] = (rv, cluster)
+        self._uid_of[(cluster.namespace, cluster.name)] = uid
+        return cluster
+
+    def sync(self, now: float) -> None:
         if self.reflector is None:
             return
-        ctl = self.ctl
-        clusters = self.clusters()
-        workers = workers_by_cluster(ctl.pods.cache.values())
-        mine: dict[str, list[RayGangState]] = defaultdict(list)
-        for st in self.states():
-            cluster = clusters.get(st.cluster_uid)
+        dirty = self._take_dirty(now)
+        if not dirty:
+            return
+        clusters = self._clusters(dirty)
+        mine: dict[str, list[RequestState]] = defaultdict(list)
+        for st in list(self.host.requests_of(self.name)):
+            gang = self.gangs.get(st.key)
+            if gang is None or (gang.cluster_uid not in dirty and "*" not in dirty):
+                continue
+            cluster = clusters.get(gang.cluster_uid)
             if cluster is None:
-                ctl.forget(st)
-            elif phase(st) is Phase.DONE and not st.busy and st.applied == st.body_key():
-                del ctl.states[st.pr.uid]  # its annotation is gone and its events are out
-            else:
-                st.observe(cluster)
-                mine[st.cluster_uid].append(st)
+                self.host.forget(st.key, "its RayCluster was deleted")
+                continue
+            self.host.update(st.key, request_of(cluster, gang))  # events name the cluster's latest version
+            mine[gang.cluster_uid].append(st)
         sources = {uid: c for uid, c in clusters.items() if c.is_demand_source}
-        missing: dict[tuple[str, str, str], int] = {}
-        # A cluster that stopped being a source (suspended, autoscaling off, now queued by Kueue) still moves its
-        # gangs on: with nothing wanted, pending ones are withdrawn and bookings end.
         for uid in sources.keys() | mine.keys():
             cluster = clusters[uid]
-            got = self.cluster_pass(cluster, workers.get((cluster.namespace, cluster.name), []), mine[uid], now)
-            missing.update({(cluster.namespace, cluster.name, g): n for g, n in got.items()})
+            workers = list(self.host.view.workers.get((cluster.namespace, cluster.name), {}).values())
+            self._missing[uid] = self._cluster_pass(cluster, workers, mine[uid], now)
         for uid in set(self.forming) - set(sources):
-            del self.forming[uid]
-        self.gcs.track(sources.values())
-        ctl.metrics.set_ray_missing(missing)
+            if uid in clusters or uid not in self._parsed:
+                del self.forming[uid]
+        self.gcs.track(c for c in self._all_clusters() if c.is_demand_source)
+        self.host.metrics.set_ray_missing({
+            (c.namespace, c.name, group): n for uid, missing in self._missing.items()
+            if (c := self._cluster(uid)) is not None for group, n in missing.items()})
 
-    def cluster_pass(self, cluster: RayCluster, workers: list[WorkerPod], states: list[RayGangState],
-                     now: float) -> dict[str, int]:
+    def _take_dirty(self, now: float) -> set[str]:
+        dirty, self._dirty = self._dirty, set()
+        for key in self._changed_objects:
+            obj = self.reflector.get(*key) if self.reflector is not None else None
+            uid = str((obj.get("metadata") or {}).get("uid", "")) if obj is not None else self._uid_of.get(key, "")
+            if obj is None:
+                self._forget_cluster(key, uid)
+            if uid:
+                dirty.add(uid)
+        self._changed_objects.clear()
+        for namespace, name in self.host.view.take_changed_clusters():
+            worker_of = self._uid_of.get((namespace, name))
+            if worker_of:
+                dirty.add(worker_of)
+        # A gang whose phase moved changes what its cluster has coming.
+        for st in self.host.requests_of(self.name):
+            gang = self.gangs.get(st.key)
+            now_phase = phase(st)
+            if gang is not None and self._phases.get(st.key) != now_phase:
+                self._phases[st.key] = now_phase
+                dirty.add(gang.cluster_uid)
+        s = self.host.settings
+        for uid, seen in self.forming.items():
+            if now >= min(seen.changed + s.ray_batch_idle, seen.first + s.ray_batch_max):
+                dirty.add(uid)
+        return dirty
+
+    def _forget_cluster(self, key: tuple[str, str], uid: str) -> None:
+        self._uid_of.pop(key, None)
+        self._parsed.pop(uid, None)
+        self._reported.pop(uid, None)
+        self._missing.pop(uid, None)
+        self.forming.pop(uid, None)
+
+    def _clusters(self, dirty: set[str]) -> dict[str, RayCluster]:
+        out = {}
+        for cluster in self._all_clusters():
+            if "*" in dirty or cluster.uid in dirty:
+                out[cluster.uid] = cluster
+        return out
+
+    def _all_clusters(self) -> Iterable[RayCluster]:
+        assert self.reflector is not None
+        for obj in self.reflector.cache.values():
+            cluster = self._parse(obj)
+            if cluster is not None:
+                yield cluster
+
+    def _cluster(self, uid: str) -> RayCluster | None:
+        cached = self._parsed.get(uid)
+        return cached[1] if cached is not None else None
+
+    # -- one cluster ------------------------------------------------------------------------------------------------
+
+    def _cluster_pass(self, cluster: RayCluster, workers: list[WorkerPod], states: list[RequestState],
+                      now: float) -> dict[str, int]:
         """Move the cluster's gangs on; returns its missing replicas per group (for the metrics)."""
         targets, from_gcs = self.gcs.targets(cluster) if cluster.is_demand_source else \
             ({g.name: 0 for g in cluster.groups}, False)
         coming: dict[str, int] = defaultdict(int)
-        pending: list[RayGangState] = []
+        pending: list[RequestState] = []
         for st in states:
             match phase(st):
                 case Phase.PENDING if not st.busy:
                     pending.append(st)
                 case Phase.PROVISIONING | Phase.BOOKED:
-                    for group, count in self.in_flight(cluster, workers, st).items():
+                    for group, count in self._in_flight(cluster, workers, st).items():
                         coming[group] += count
+            self.host.mark(st.key)
         missing = missing_replicas(cluster, workers, targets, coming)
-        for st in states:
-            if phase(st) is Phase.BOOKED:
-                self.end_booking_if_served(cluster, workers, targets, st, now)
         if pending:
-            first, *extra = pending
+            first, *extra = sorted(pending, key=lambda st: st.key)
             for st in extra:  # never more than one pending gang per cluster; surplus ones merge into the first
-                self.withdraw(st, "merged into another pending gang of the cluster")
+                self._withdraw(st, "merged into another pending gang of the cluster")
             self.forming.pop(cluster.uid, None)
-            self.follow(cluster, first, missing)
+            self._follow(cluster, first, missing)
             return missing
-        self.form(cluster, missing, from_gcs, now)
+        self._form(cluster, missing, from_gcs, now)
         return missing
 
-    def in_flight(self, cluster: RayCluster, workers: list[WorkerPod], st: RayGangState) -> dict[str, int]:
+    def _in_flight(self, cluster: RayCluster, workers: list[WorkerPod], st: RequestState) -> dict[str, int]:
         """Replicas the gang brings that have not landed on its nodes yet; sets the gang's consumer pods."""
+        gang = self.gangs[st.key]
         nodes = {name for got in st.obtained.values() for name in got.node_names} | set(st.booking or ())
         out: dict[str, int] = {}
         consumers: list[PodInfo] = []
-        for name, count in st.replicas.items():
+        for name, count in gang.replicas.items():
             group = cluster.group(name)
             if group is None:
                 continue  # the group was removed from the spec: nothing of it lands any more
@@ -210,98 +305,142 @@ class RaySource:
             out[name] = max(0, count - landed)
             consumers += [PodInfo(w.node, group.demand.requests, False, st.key)
                           for w in kept(group, workers) if w.node in nodes]
-        # The loop's booking logic counts a gang's consumer pods like a PR's (held capacity shrinks as they bind).
-        self.ctl.view.consumers[st.key] = consumers
+        gang.consumers = consumers
         return out
 
-    def end_booking_if_served(self, cluster: RayCluster, workers: list[WorkerPod], targets: Mapping[str, int],
-                              st: RayGangState, now: float) -> None:
-        """Pods of the cluster may bind elsewhere than the booked nodes, or Ray may stop wanting them: once no
-        replica of the gang's groups is left without a node, the booking has served its purpose."""
-        for name in st.replicas:
-            group = cluster.group(name)
-            if group is not None and placed_replicas(group, workers) < min(targets.get(name, 0), group.max_replicas):
-                return
-        st.set(C.BOOKING_EXPIRED, True, C.R_BOOKING_CONSUMED, "every replica the cluster wants is on a node",
-               rfc3339(now))
-        st.event(NORMAL, "GangPlaced", "every replica the cluster wants is on a node; the booking ends")
-        self.ctl.capacity_freed()
-
-    def follow(self, cluster: RayCluster, st: RayGangState, missing: Mapping[str, int]) -> None:
+    def _follow(self, cluster: RayCluster, st: RequestState, missing: Mapping[str, int]) -> None:
         """A gang not provisioned yet tracks the demand: it grows, shrinks, or is withdrawn."""
+        gang = self.gangs[st.key]
         if not missing:
-            self.withdraw(st, "Ray no longer asks for these replicas (replicas lowered or workers deleted) before "
-                              "any unit was obtained; nothing was provisioned")
-        elif dict(missing) != st.replicas:
-            before = st.description
-            st.regang(cluster, missing, replica_gang(cluster, missing, st.key, st.pr.created))
-            log.info("%s: gang %s now asks for %s (was %s)", cluster.key, st.gang_id, st.description, before)
+            self._withdraw(st, "Ray no longer asks for these replicas (replicas lowered or workers deleted) before "
+                               "any unit was obtained; nothing was provisioned")
+        elif dict(missing) != gang.replicas:
+            before = gang.description
+            gang.replicas = dict(missing)
+            gang.description = describe(missing, cluster)
+            gang.gang = replica_gang(cluster, missing, st.key, gang.created)
+            self.host.update(st.key, request_of(cluster, gang))
+            log.info("%s: gang %s now asks for %s (was %s)", cluster.key, gang.gang_id, gang.description, before)
 
-    def withdraw(self, st: RayGangState, why: str) -> None:
+    def _withdraw(self, st: RequestState, why: str) -> None:
         """Drop a gang nothing was obtained for; the Event outlives it."""
-        self.emit(st.pr.obj, NORMAL, "GangWithdrawn", f"gang {st.gang_id} ({st.description}): {why}")
+        gang = self.gangs[st.key]
+        self._emit(st.request.obj, NORMAL, "GangWithdrawn", f"gang {gang.gang_id} ({gang.description}): {why}")
         log.info("%s: %s", st.key, why)
-        st.deleted = True
-        self.ctl.states.pop(st.pr.uid, None)
+        self.host.forget(st.key, why)
 
-    def form(self, cluster: RayCluster, missing: Mapping[str, int], complete: bool, now: float) -> None:
+    def _form(self, cluster: RayCluster, missing: Mapping[str, int], complete: bool, now: float) -> None:
         if not missing:
             self.forming.pop(cluster.uid, None)
             return
         seen = self.forming.get(cluster.uid)
         if seen is None or seen.replicas != dict(missing):
             seen = self.forming[cluster.uid] = Forming(dict(missing), seen.first if seen else now, now)
-        s = self.ctl.settings
+        s = self.host.settings
         if not (complete or now >= seen.changed + s.ray_batch_idle or now >= seen.first + s.ray_batch_max):
             return
         del self.forming[cluster.uid]
-        gang_id = self.new_gang_id(cluster, now)
-        gang = replica_gang(cluster, missing, gang_key(cluster, gang_id), seen.first)
-        st = RayGangState.new(cluster, gang_id, missing, gang, seen.first, "gcs" if complete else "replicas")
-        self.ctl.states[st.pr.uid] = st
-        log.info("%s: gang %s formed from %s: %s", cluster.key, gang_id, st.source, st.description,
+        gang_id = self._new_gang_id(cluster, now)
+        gang = RayGang(cluster.uid, gang_id, dict(missing), describe(missing, cluster),
+                       replica_gang(cluster, missing, gang_key(cluster, gang_id), seen.first), seen.first,
+                       "gcs" if complete else "replicas")
+        st = RequestState(request_of(cluster, gang))
+        st.written = repr(annotation_body(st, gang))
+        self.gangs[st.key] = gang
+        self.host.add(st)
+        log.info("%s: gang %s formed from %s: %s", cluster.key, gang_id, gang.origin, gang.description,
                  extra={"raycluster": cluster.key, "gang": gang_id})
 
-    def new_gang_id(self, cluster: RayCluster, now: float) -> str:
+    def _new_gang_id(self, cluster: RayCluster, now: float) -> str:
         """An id no gang of the cluster has, nor had recorded on it: the sequence restarts with the process, so a
-        gang formed in the same second as one a previous process recorded must not take its id (its state key,
+        gang formed in the same second as one a previous process recorded must not take its id (its key,
         annotation and provider tokens all derive from the id)."""
         annotations = (cluster.obj.get("metadata") or {}).get("annotations") or {}
         for _ in range(256):
             gang_id = f"{int(now):x}{next(self._seq) % 256:02x}"
-            if gang_uid(cluster.uid, gang_id) not in self.ctl.states and ANNOTATION_PREFIX + gang_id not in annotations:
+            if gang_key(cluster, gang_id) not in self.gangs and ANNOTATION_PREFIX + gang_id not in annotations:
                 return gang_id
         raise RuntimeError(f"{cluster.key}: every gang id of second {int(now):x} is taken")
 
     def next_wake(self) -> float | None:
-        s = self.ctl.settings
+        s = self.host.settings
         return min((min(f.changed + s.ray_batch_idle, f.first + s.ray_batch_max) for f in self.forming.values()),
                    default=None)
 
-    # -- writes --------------------------------------------------------------------------------------------------
+    def forgotten(self, key: str) -> None:
+        gang = self.gangs.pop(key, None)
+        self._phases.pop(key, None)
+        if gang is not None:
+            self._dirty.add(gang.cluster_uid)
 
-    async def write(self, st: RayGangState) -> None:
+    # -- gangs and outcomes -----------------------------------------------------------------------------------------
+
+    def gang(self, st: RequestState, *, may_scale: bool | None = None) -> Gang | str | None:
+        gang = self.gangs.get(st.key)
+        if gang is None:
+            return "the gang's worker groups are gone from the RayCluster"
+        return gang.gang if may_scale is None else replace(gang.gang, may_scale=may_scale)
+
+    def consumers(self, st: RequestState) -> Iterable[PodInfo]:
+        gang = self.gangs.get(st.key)
+        return gang.consumers if gang is not None else ()
+
+    def consumed(self, st: RequestState) -> Consumed | None:
+        """Pods of the cluster may bind elsewhere than the booked nodes, or Ray may stop wanting them: once no
+        replica of the gang's groups is left without a node, the booking has served its purpose."""
+        gang = self.gangs.get(st.key)
+        cluster = self._cluster(gang.cluster_uid) if gang is not None else None
+        if gang is None or cluster is None:
+            return None
+        workers = list(self.host.view.workers.get((cluster.namespace, cluster.name), {}).values())
+        targets = self.gcs.targets(cluster)[0] if cluster.is_demand_source else {g.name: 0 for g in cluster.groups}
+        served = True
+        for name in gang.replicas:
+            group = cluster.group(name)
+            if group is not None and placed_replicas(group, workers) < min(targets.get(name, 0), group.max_replicas):
+                served = False
+                break
+        if served:
+            return Consumed(SERVED, "GangPlaced")
+        if len(gang.consumers) >= st.request.pods:
+            return Consumed(C.M_BOOKING_CONSUMED)
+        return None
+
+    def status(self, st: RequestState) -> JSON:
+        gang = self.gangs.get(st.key)
+        return annotation_body(st, gang) if gang is not None else {"annotation": None}
+
+    async def write(self, st: RequestState, body: JSON) -> None:
         """Record (or remove) the gang's scale-up intent on its RayCluster."""
-        body = {"metadata": {"annotations": {st.annotation: st.status_body()["annotation"]}}}
-        await self.ctl.http.request("PATCH", RAYCLUSTERS.path(st.pr.namespace, st.pr.name), body=body,
-                                    content_type=MERGE)
+        gang = self.gangs.get(st.key)
+        if gang is None:
+            return
+        patch = {"metadata": {"annotations": {gang.annotation: body["annotation"]}}}
+        await self.http.request("PATCH", RAYCLUSTERS.path(st.request.namespace, st.request.name), body=patch,
+                                content_type=MERGE)
 
-    def report_bad(self, obj: dict[str, object], uid: str, problem: str) -> None:
-        meta = obj.get("metadata") or {}
-        assert isinstance(meta, dict)
+    async def delete(self, st: RequestState) -> None:
+        return None
+
+    def note_events(self, st: RequestState, events: Sequence[tuple[str, str, str]]) -> None:
+        for _, reason, _ in events:
+            self.host.metrics.ray_event(st.request.namespace, st.request.name, reason)
+
+    # -- events outside a gang's life ---------------------------------------------------------------------------------
+
+    def _report_bad(self, obj: JSON, uid: str, problem: str) -> None:
         if self._reported.get(uid) == problem:
             return
         self._reported[uid] = problem
+        meta = obj.get("metadata") or {}
         log.warning("RayCluster %s/%s: %s; its demand is ignored until it is fixed", meta.get("namespace"),
                     meta.get("name"), problem)
-        self.emit(obj, WARNING, "InvalidRayCluster", f"gangscale cannot read this RayCluster's demand: {problem}")
+        self._emit(obj, WARNING, "InvalidRayCluster", f"gangscale cannot read this RayCluster's demand: {problem}")
 
-    def emit(self, obj: dict[str, object], event_type: str, reason: str, message: str) -> None:
-        """An Event on a RayCluster outside any gang's life (a bad spec, an unplaceable placement group)."""
+    def _emit(self, obj: JSON, event_type: str, reason: str, message: str) -> None:
         meta = obj.get("metadata") or {}
-        assert isinstance(meta, dict)
-        self.ctl.metrics.ray_event(str(meta.get("namespace", "")), str(meta.get("name", "")), reason)
-        if self.ctl.settings.dry_run:
-            return
-        self.ctl.spawn(self.ctl.recorder.record(dict(obj), event_type, reason, message, self.ctl.clock.now()),
-                       f"event {reason}", progress=False)
+        self.host.metrics.ray_event(str(meta.get("namespace", "")), str(meta.get("name", "")), reason)
+        self.host.emit(obj, event_type, reason, message)
+
+
+__all__ = ["RaySource", "gang_uid"]

@@ -62,11 +62,22 @@ class PoolState:
     inflight_units: int = 0
     backoff_until: float | None = None
     backoff_reason: str = ""
+    #: At most this many more units can be obtained now (learnt from a stockout or quota error that said the
+    #: cloud could not give more); None: no such limit is known. ``ceiling_until`` and ``ceiling_reason`` say
+    #: until when and why, for the messages.
+    ceiling: int | None = None
+    ceiling_until: float | None = None
+    ceiling_reason: str = ""
+
+    @property
+    def max_headroom(self) -> int:
+        """Units that may still be added under ``maxUnits``."""
+        return max(0, self.pool.max_units - self.units - self.inflight_units)
 
     @property
     def headroom(self) -> int:
-        """Units that may still be added under ``maxUnits``."""
-        return max(0, self.pool.max_units - self.units - self.inflight_units)
+        """Units that may still be added: under ``maxUnits`` and under the ceiling, if any."""
+        return self.max_headroom if self.ceiling is None else min(self.max_headroom, self.ceiling)
 
     def backed_off(self, now: float) -> bool:
         return self.backoff_until is not None and now < self.backoff_until

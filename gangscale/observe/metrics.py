@@ -56,7 +56,7 @@ event loop's thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -102,6 +102,9 @@ class Metrics:
 
     def __init__(self, *, dry_run: bool = False) -> None:
         self.dry_run = dry_run
+        #: Called before each exposition: gauges that would cost a walk over the cluster on every change are set
+        #: here instead, when somebody reads them.
+        self.on_render: Callable[[], None] | None = None
         self._dry = "true" if dry_run else "false"
         self.registry = CollectorRegistry(auto_describe=True)
         # Label values are passed positionally throughout: "class" is a Python keyword, so ``labels(class=...)``
@@ -257,4 +260,6 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         """The exposition of every series: ``(body, content type)``."""
+        if self.on_render is not None:
+            self.on_render()
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

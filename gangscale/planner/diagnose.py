@@ -32,6 +32,16 @@ def _units_for(pool: NodePool, vec: list[int], group: Group) -> tuple[int, int]:
 def _limits(state: ClusterState, pool_state: PoolState, units: int, nodes: int, what: str) -> PoolReason | None:
     pool = pool_state.pool
     headroom = state.headroom.get(pool.name, 0)
+    if units > headroom and pool_state.ceiling is not None and pool_state.ceiling < pool_state.max_headroom:
+        # The cloud said it could not give more: that, not maxUnits, is what stands in the way.
+        size = f" ({units} units of {pool.nodes_per_unit})" if pool.nodes_per_unit > 1 else ""
+        until = f" until {when(pool_state.ceiling_until)}" if pool_state.ceiling_until is not None else ""
+        taken = pool_state.headroom - headroom
+        ahead = f", {taken * pool.nodes_per_unit} of them planned for gangs ahead of this one" if taken else ""
+        cause = pool_state.ceiling_reason or "a stockout"
+        return PoolReason(pool.name, ReasonCode.BACKED_OFF,
+                          f"needs {nodes} nodes{size} for {what}, but after {cause} the cloud is taken to have at "
+                          f"most {pool_state.ceiling * pool.nodes_per_unit} more{until}{ahead}")
     if units > headroom:
         taken = pool_state.headroom - headroom
         detail = f"maxUnits {pool.max_units}: {pool_state.units} in use, {pool_state.inflight_units} in flight"

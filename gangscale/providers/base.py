@@ -47,7 +47,7 @@ class ErrorClass(StrEnum):
 
 class ProviderError(Exception):
     def __init__(self, error_class: ErrorClass, code: str, message: str, *, pool: str,
-                 retry_after: float | None = None, rolled_back: bool = True) -> None:
+                 retry_after: float | None = None, rolled_back: bool = True, available: int | None = None) -> None:
         super().__init__(f"{pool}: {code}: {message}")
         self.error_class = error_class
         self.code = code
@@ -55,6 +55,8 @@ class ProviderError(Exception):
         self.pool = pool
         self.retry_after = retry_after
         self.rolled_back = rolled_back
+        #: For a stockout, the units the cloud said it had left, when it said so (GCE does not).
+        self.available = available
 
 
 @dataclass(frozen=True, slots=True)

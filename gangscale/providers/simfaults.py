@@ -132,7 +132,7 @@ async def gate(clock: Clock, faults: PoolFaults, pool: str, deadline: float | No
 def stockout(pool: str, wanted: int, available: int, why: str = "") -> ProviderError:
     return ProviderError(ErrorClass.STOCKOUT, "GCE_STOCKOUT",
                          f"pool {pool} is out of stock: wanted {wanted} unit(s), {available} available{why}",
-                         pool=pool)
+                         pool=pool, available=available)
 
 
 def quota_exceeded(pool: str) -> ProviderError:
@@ -147,7 +147,7 @@ def lost_response(pool: str) -> ProviderError:
 
 def with_rollback(error: ProviderError, rolled_back: bool) -> ProviderError:
     return ProviderError(error.error_class, error.code, error.message, pool=error.pool,
-                         retry_after=error.retry_after, rolled_back=rolled_back)
+                         retry_after=error.retry_after, rolled_back=rolled_back, available=error.available)
 
 
 def http_status(exc: BaseException) -> int | None:

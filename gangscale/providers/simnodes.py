@@ -162,6 +162,8 @@ class ReadyTimers:
         self.clock = clock
         self.nodes = nodes
         self._timers: dict[str, set[asyncio.Task[None]]] = {}
+        #: Timers that came due and are marking their nodes Ready now (a harness waits for none).
+        self.firing = 0
 
     def arm(self, unit_id: str, names: Sequence[str], ready_at: float) -> None:
         task = asyncio.create_task(self._become_ready(unit_id, tuple(names), ready_at),
@@ -192,8 +194,12 @@ class ReadyTimers:
     async def _become_ready(self, unit_id: str, names: tuple[str, ...], ready_at: float) -> None:
         try:
             await self.clock.sleep_until(ready_at)
-            for name in names:
-                await self.nodes.mark_ready(name, self.clock.now())
+            self.firing += 1
+            try:
+                for name in names:
+                    await self.nodes.mark_ready(name, self.clock.now())
+            finally:
+                self.firing -= 1
         except asyncio.CancelledError:
             raise
         except Exception:

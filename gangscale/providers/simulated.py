@@ -174,6 +174,11 @@ class SimulatedProvider:
     def in_use(self, pool: str) -> int:
         return self._in_use(self._pool(pool).name)
 
+    @property
+    def busy(self) -> bool:
+        """A Ready timer is marking nodes now (for harnesses that wait until the simulated cluster is quiet)."""
+        return self._timers.firing > 0
+
     # --- NodePoolProvider ---------------------------------------------------------------------------
 
     async def start(self) -> None:

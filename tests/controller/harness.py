@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver import EmbeddedAPIServer
+from gangscale.sim.quiet import until_quiet
 from tests.builders import NODES, PODS, PODTEMPLATES, PROVREQS
 from tests.conftest import wait_for
 
@@ -129,28 +130,22 @@ class Cluster:
         clock moves on, so each reaction happens at the time it was due (a unit that becomes empty when a timer
         fires starts its scale-down countdown then, not at the end of one long jump)."""
         target = self.clock.now() + seconds
+        await self.idle()
         while (deadline := self.clock.next_deadline) is not None and deadline <= target:
-            sleepers = self.clock.sleepers
             await self.clock.set(deadline)
-            await self.settle(sleepers)
+            await self.idle()
         await self.clock.set(target)
         await self.idle()
 
-    async def settle(self, sleepers: int) -> None:
-        """Wait (a hang guard: at most :meth:`idle`'s time) until ``sleepers`` tasks sleep on the clock again,
-        twice in a row: a woken controller has finished its pass and re-armed its timer. One-shot timers that
-        fired (a node turning Ready, a retry) never come back; then this waits the whole guard."""
-        calm = 0
-        for _ in range(50):
-            await asyncio.sleep(0.002)
-            calm = calm + 1 if self.clock.sleepers >= sleepers else 0
-            if calm >= 2:
-                return
-
     async def idle(self) -> None:
-        """Let the controller react to what just happened (a few loop turns; a hang guard, not a timer)."""
-        for _ in range(20):
-            await asyncio.sleep(0.005)
+        """Until the API server, the simulated cloud and the controller are all quiet: no request, watch event,
+        Ready timer, change, task or due time under way (``gangscale.sim.quiet``; no sleeping)."""
+        parts: list[tuple[str, Callable[[], bool]]] = []
+        if self.controller is not None and self.task is not None and not self.task.done():
+            parts.append(("controller", lambda: self.ctl.quiet))
+        if self.provider is not None:
+            parts.append(("simulated cloud", lambda: not self.cloud.busy))
+        await until_quiet(self.server, parts)
 
     # -- objects ----------------------------------------------------------------------------------------------
 

@@ -65,7 +65,8 @@ CONTROLLER_RULES: set[m.Rule] = {
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "events", "create"),
-    ("kueue.x-k8s.io", "workloads", "get"),
+    ("kueue.x-k8s.io", "workloads", "list"),
+    ("kueue.x-k8s.io", "workloads", "watch"),
     ("ray.io", "rayclusters", "list"),
     ("ray.io", "rayclusters", "watch"),
     ("ray.io", "rayclusters", "patch"),
@@ -484,14 +485,14 @@ async def test_rules_from_requests_reads_the_embedded_server_log(apiserver: Embe
                              "metadata": {"name": "pr", "namespace": "default"},
                              "status": {"conditions": [b.condition("Accepted", reason="Accepted")]}})
     with pytest.raises(ApiError):
-        await http.request("GET", b.WORKLOADS.path("default", "missing"))  # a 404 needed authorization too
+        await http.request("GET", b.PODTEMPLATES.path("default", "missing"))  # a 404 needed authorization too
     needed = m.rules_from_requests(apiserver.requests)
     assert needed == {
         ("autoscaling.x-k8s.io", "provisioningrequests", "list"),
         ("", "podtemplates", "create"),
         ("autoscaling.x-k8s.io", "provisioningrequests", "create"),
         ("autoscaling.x-k8s.io", "provisioningrequests/status", "patch"),
-        ("kueue.x-k8s.io", "workloads", "get"),
+        ("", "podtemplates", "get"),
     }
     # The test's own setup writes (create) are not the controller's and are not granted to it.
     assert m.missing_rules(needed, CONTROLLER_RULES) == {

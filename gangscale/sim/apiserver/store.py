@@ -43,6 +43,8 @@ class Watcher:
     project: Callable[[Event], tuple[str, JSON] | None]
     queue: asyncio.Queue[tuple[str, JSON] | None] = field(default_factory=asyncio.Queue)
     closed: bool = False
+    #: Events offered and not yet written to the stream (queued, or being sent).
+    unsent: int = 0
 
     def offer(self, ev: Event) -> None:
         if self.closed:
@@ -53,6 +55,7 @@ class Watcher:
         if self.queue.qsize() >= WATCHER_QUEUE_LIMIT:
             self.close()
             return
+        self.unsent += 1
         self.queue.put_nowait(item)
 
     def close(self) -> None:
@@ -176,6 +179,10 @@ class Store:
     def unsubscribe(self, watcher: Watcher) -> None:
         self._watchers.get(watcher.key, set()).discard(watcher)
         watcher.closed = True
+
+    def undelivered(self) -> int:
+        """Events offered to open watches and not yet written to their streams (for quiescence checks)."""
+        return sum(w.unsent for ws in self._watchers.values() for w in ws if not w.closed)
 
     def close_all_watchers(self) -> None:
         for ws in self._watchers.values():

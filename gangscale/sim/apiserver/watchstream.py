@@ -55,6 +55,7 @@ async def serve_watch(request: web.Request, store: Store, req: WatchRequest, fau
     deadline = loop.time() + timeout
     next_bookmark = loop.time() + bookmark_interval
     pending: list[tuple[str, JSON] | None] = list(backlog)
+    counted = 0  # items of ``pending`` that came through the watcher's queue (the tail of the list)
     sent = 0
     try:
         while True:
@@ -67,6 +68,9 @@ async def serve_watch(request: web.Request, store: Store, req: WatchRequest, fau
                 if item[0] != "BOOKMARK" or bookmarks:
                     await _send(resp, *item)
                     sent += 1
+                if len(pending) < counted:
+                    counted -= 1
+                    watcher.unsent -= 1
             now = loop.time()
             if now >= deadline:
                 return resp
@@ -75,9 +79,12 @@ async def serve_watch(request: web.Request, store: Store, req: WatchRequest, fau
                 next_bookmark = now + bookmark_interval
             wake = min(deadline, next_bookmark) if bookmarks else deadline
             try:
-                pending.append(await asyncio.wait_for(watcher.queue.get(), timeout=max(wake - now, 0.0)))
+                got = await asyncio.wait_for(watcher.queue.get(), timeout=max(wake - now, 0.0))
             except TimeoutError:
                 continue
+            pending.append(got)
+            if got is not None:
+                counted += 1
     except ConnectionResetError:
         return resp
     finally:

@@ -1,0 +1,129 @@
+"""Where requests come from: one protocol for every demand source, and what the loop offers a source.
+
+A demand source (the cluster-autoscaler's *processors* idea) turns objects of one kind into requests and takes
+their outcomes back: ProvisioningRequests (:mod:`prsource`) and Ray gangs of autoscaling RayClusters
+(:mod:`raysource`), later others. The loop knows nothing of either: it reconciles :class:`~.request.RequestState`
+objects, plans their gangs, and asks the request's source to build a gang, to tell whether the booked pods have
+arrived, and to write the outcome where it belongs (a ProvisioningRequest's status, a RayCluster annotation).
+
+A source talks to the loop only through :class:`Host`. Everything a source does to requests happens in
+:meth:`DemandSource.sync`, which the loop calls at the start of each pass: objects that changed since the
+last pass become new, changed or forgotten requests. Its reflector handlers only note what changed and wake the
+loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, Protocol
+
+from gangscale.clock import Clock
+from gangscale.controller.reconcile import Consumed
+from gangscale.controller.request import Request, RequestState
+from gangscale.controller.settings import Settings
+from gangscale.controller.view import ClusterView, PodInfo
+from gangscale.kube.reflector import Reflector
+from gangscale.model.gang import Gang
+from gangscale.observe.metrics import Metrics
+
+JSON = dict[str, Any]
+
+
+class Host(Protocol):
+    """What the loop offers a demand source."""
+
+    settings: Settings
+    clock: Clock
+    metrics: Metrics
+    view: ClusterView
+
+    def state(self, key: str) -> RequestState | None: ...
+
+    def requests_of(self, source: str) -> Iterable[RequestState]:
+        """Every request of ``source``."""
+        ...
+
+    def add(self, st: RequestState) -> None:
+        """A new request, to be reconciled in this pass."""
+        ...
+
+    def update(self, key: str, request: Request) -> None:
+        """The request's description changed (its object did); it is reconciled in this pass."""
+        ...
+
+    def forget(self, key: str, why: str) -> None:
+        """The request's object is gone: units still coming up for it are released; nothing more is written."""
+        ...
+
+    def mark(self, key: str) -> None:
+        """Reconcile the request in this pass (something it depends on changed)."""
+        ...
+
+    def wake(self) -> None:
+        """Something changed outside the reflectors the loop watches: run a pass."""
+        ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str,
+              then: Callable[[Any], None] | None = None) -> None:
+        """Run guarded background work. When it ends, ``then`` is called *by the loop*, at the start of its next
+        pass, with the result (or the exception): a task never changes state itself."""
+        ...
+
+    def emit(self, obj: JSON, event_type: str, reason: str, message: str) -> None:
+        """An Event on an object, outside any request's life."""
+        ...
+
+
+class DemandSource(Protocol):
+    #: The name requests carry in ``Request.source``.
+    name: str
+
+    async def start(self) -> list[Reflector]:
+        """Find out whether the source can run here and return the reflectors it needs (the loop runs them)."""
+        ...
+
+    def recover(self) -> None:
+        """After every reflector listed: a request for every scale-up intent recorded on this source's objects,
+        for the loop to reconcile with the provider before anything is planned."""
+        ...
+
+    def sync(self, now: float) -> None:
+        """Apply what changed since the last pass (objects, and whatever else the source watches)."""
+        ...
+
+    def gang(self, st: RequestState, *, may_scale: bool | None = None) -> Gang | str | None:
+        """The request's gang; a string saying why it has none (the request fails); None while something it
+        needs is being looked up (the request waits and is reconciled again when it arrives)."""
+        ...
+
+    def consumed(self, st: RequestState) -> Consumed | None: ...
+
+    def consumers(self, st: RequestState) -> Iterable[PodInfo]:
+        """The request's pods that have arrived on nodes (its booking shrinks by their requests)."""
+        ...
+
+    def status(self, st: RequestState) -> JSON:
+        """What is written for the request (compared with what was last written to skip idle writes)."""
+        ...
+
+    async def write(self, st: RequestState, body: JSON) -> None:
+        """Write ``body``; raises :class:`~gangscale.kube.errors.ApiError` (404/409: the object is gone)."""
+        ...
+
+    async def delete(self, st: RequestState) -> None:
+        """Delete a request whose outcome is older than the terminal TTL (only if ``Request.deletable``)."""
+        ...
+
+    def next_wake(self) -> float | None:
+        """The earliest time the source needs a pass by itself (Ray demand still forming)."""
+        ...
+
+    def note_events(self, st: RequestState, events: Sequence[tuple[str, str, str]]) -> None:
+        """The request's Events are being recorded (also in a dry run, where they are not written)."""
+        ...
+
+    def forgotten(self, key: str) -> None:
+        """The loop dropped the request (its object went, or it finished): the source drops what it kept for it."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,98 @@
+"""The parts of a pass that look at many requests at once: plan the pending ones together, re-book the ones a
+restart left without a booking, choose the units to scale down. Pure functions of what the loop passes in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gangscale.clock import rfc3339
+from gangscale.controller import conditions as C
+from gangscale.controller.bookings import consumed_on, live_bookings, planned_booking
+from gangscale.controller.demand import DemandSource
+from gangscale.controller.rebook import rebuilt_booking
+from gangscale.controller.reconcile import WARNING
+from gangscale.controller.request import RequestState
+from gangscale.controller.scaledown import Removal, broken_units, plan_scale_down
+from gangscale.controller.view import ClusterView
+from gangscale.model.decision import Outcome
+from gangscale.model.gang import Gang
+from gangscale.model.nodepool import NodePool
+from gangscale.model.policy import Policy
+from gangscale.model.snapshot import Booking, Snapshot
+from gangscale.planner import plan
+
+
+def gangs_of(states: Iterable[RequestState], sources: Mapping[str, DemandSource], now: float) -> dict[str, Gang]:
+    """The gangs of the requests to plan. A request whose gang cannot be built fails (``FailedToCreatePods``);
+    one whose source is still looking something up waits for it."""
+    gangs: dict[str, Gang] = {}
+    for st in states:
+        got = sources[st.request.source].gang(st)
+        if got is None:
+            continue
+        if isinstance(got, str):
+            st.gang = None
+            st.set(C.FAILED, True, C.R_FAILED_TO_CREATE_PODS, got, rfc3339(now))
+            st.event(WARNING, C.R_FAILED_TO_CREATE_PODS, got)
+            continue
+        st.gang = gangs[st.key] = got
+    return gangs
+
+
+def rebook(lost: Sequence[RequestState], sources: Mapping[str, DemandSource], view: ClusterView,
+           snapshot: Snapshot, now: float, policy: Policy) -> None:
+    """Provisioned requests whose booking was lost (a restart) are booked again, before anybody is planned: on
+    their own new nodes when a recorded scale-up made them, else on free capacity (:mod:`rebook`)."""
+    bookings: list[Booking] = list(snapshot.bookings)
+    on_free: dict[str, Gang] = {}
+    for st in sorted(lost, key=lambda st: st.key):
+        source = sources[st.request.source]
+        got = source.gang(st, may_scale=False)
+        gang = got if isinstance(got, Gang) else None
+        if gang is not None:
+            st.gang = gang
+        if st.record is None:
+            st.booking = {}
+            if gang is not None:
+                on_free[st.key] = gang
+            continue
+        tokens = set(st.record.tokens)
+        own = [view.nodes[name].state for token in sorted(tokens) for name in sorted(view.by_token.get(token, ()))
+               if not view.nodes[name].deleting]
+        consumed = consumed_on((p.node, p.requests) for p in source.consumers(st))
+        st.booking = rebuilt_booking(gang, own, consumed, replace(snapshot, bookings=tuple(bookings)),
+                                     {step.pool for step in st.record.steps}, now, policy)
+        bookings.extend(live_bookings(st.key, st.booking, consumed, view.nodes))
+    if not on_free:
+        return
+    by_key = {st.key: st for st in lost}
+    for decision in plan(replace(snapshot, bookings=tuple(bookings)), on_free.values(), now, policy):
+        if decision.outcome is Outcome.FITS:
+            st = by_key[decision.gang]
+            assert st.gang is not None
+            st.booking = planned_booking(st.gang, decision, {})
+
+
+@dataclass(frozen=True)
+class Units:
+    """The managed pools' units as the loop sees them in one pass."""
+
+    by_pool: Mapping[str, Mapping[str, list[str]]]
+    #: Units missing hosts that no scale-up in progress is completing: unit -> nodes.
+    broken: Mapping[str, tuple[str, ...]]
+
+
+def units_of(view: ClusterView, pools: Mapping[str, NodePool], in_flight: set[str],
+             released: set[str]) -> Units:
+    by_pool = view.units(pools)
+    broken = broken_units(pools, by_pool, lambda node: view.nodes[node].unit is not None,
+                          lambda node: view.nodes[node].token in in_flight)
+    return Units(by_pool, {unit: nodes for unit, nodes in broken.items() if unit not in released})
+
+
+def scale_down(units: Units, pools: Mapping[str, NodePool], view: ClusterView, counts: Mapping[str, int],
+               protected: set[str], idle_since: dict[str, float], now: float, unneeded_time: float,
+               labelled: Callable[[str], bool]) -> list[Removal]:
+    return plan_scale_down(pools, units.by_pool, counts, empty=view.empty, protected=frozenset(protected),
+                           labelled=labelled, idle_since=idle_since, now=now, unneeded_time=unneeded_time)

@@ -1,0 +1,322 @@
+"""ProvisioningRequests as a demand source (provreq-spec §1-2).
+
+Each PR of a served class (and of this ``processorInstance``) is one request. Its gang comes from the PodTemplates
+it names (the PodTemplate cache; a template the cache has not seen yet is looked up once with a GET, since the
+template watch may lag the PR watch) and the ``spec.priority`` of its owning Workload (the Workload cache; 0
+without one, or where Kueue's API is not served). A PR of a RayCluster's Workload (an elastic slice) asks only
+for the replicas not already on nodes. The outcome is written as the PR's status conditions and
+``provisioningClassDetails`` by server-side apply (``kube.writes``), the Events on the PR.
+
+The conditions gangscale owns are read from the object once, when the PR is first seen: gangscale is their only
+writer, so its memory is authoritative while it runs, and a pass never acts on a watch event that lags behind
+its own last write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from gangscale.controller import conditions as C
+from gangscale.controller.demand import Host
+from gangscale.controller.reconcile import Consumed
+from gangscale.controller.record import DETAIL_KEY, POOL_DETAIL_KEY, from_status
+from gangscale.controller.request import Request, RequestState, owned_from
+from gangscale.controller.view import PodInfo
+from gangscale.kube.errors import ApiError
+from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key
+from gangscale.kube.resources import PODTEMPLATES, PROVREQS, WORKLOADS
+from gangscale.kube.transport import KubeHTTP
+from gangscale.kube.writes import apply_provreq_status, delete_provreq
+from gangscale.model.gang import Gang
+from gangscale.sources.provreq import (
+    BOOKING_SECONDS,
+    CHECK_CAPACITY_CLASSES,
+    NO_RETRY,
+    PROVISIONED_WHEN,
+    PodSetError,
+    ProvReq,
+    build_gang,
+    parse,
+    template_names,
+)
+from gangscale.sources.raycluster import RayClusterError, bound_pods, parse_raycluster
+
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
+NAME = "provisioningrequest"
+Key = tuple[str, str]
+#: A template looked up and not found: remembered so that the PR fails instead of looking it up again.
+ABSENT: JSON = {}
+
+
+def served(pr: ProvReq, classes: tuple[str, ...], processor_instance: str) -> bool:
+    """Is this PR gangscale's? Its class is served and its ``processorInstance`` (if any) is ours."""
+    return pr.class_name in classes and pr.parameters.get("processorInstance", "") == processor_instance
+
+
+def booking_seconds(pr: ProvReq) -> float | None:
+    raw = pr.parameters.get(BOOKING_SECONDS)
+    try:
+        return float(raw) if raw is not None and float(raw) >= 0 else None
+    except ValueError:
+        return None
+
+
+def request_of(pr: ProvReq) -> Request:
+    return Request(
+        key=pr.key, uid=pr.uid, source=NAME, class_name=pr.class_name, obj=pr.obj, created=pr.created,
+        generation=pr.generation, version=pr.resource_version, pods=pr.pods,
+        may_scale=pr.class_name not in CHECK_CAPACITY_CLASSES, booking_ttl=booking_seconds(pr),
+        provisioned_when_requested=pr.parameters.get(PROVISIONED_WHEN, "").lower() == "requested",
+        no_retry=pr.flag(NO_RETRY), deletable=True)
+
+
+class ProvReqSource:
+    name = NAME
+
+    def __init__(self, http: KubeHTTP, host: Host, *,
+                 raycluster: Callable[[str, str], JSON | None] = lambda namespace, name: None) -> None:
+        self.http = http
+        self.host = host
+        self.prs = Reflector(http, PROVREQS)
+        self.templates = Reflector(http, PODTEMPLATES)
+        self.workloads: Reflector | None = None
+        self._raycluster = raycluster
+        self._parsed: dict[str, ProvReq] = {}
+        self._changed: set[Key] = set()
+        #: PR keys by the (namespace, template) and (namespace, workload) they depend on.
+        self._by_template: dict[Key, set[str]] = defaultdict(set)
+        self._by_workload: dict[Key, set[str]] = defaultdict(set)
+        #: Templates the cache had not seen, looked up for a PR: PR key -> template -> object (or ABSENT).
+        self._looked_up: dict[str, dict[str, JSON]] = {}
+        self._looking: set[str] = set()
+        self.prs.add_handler(self._on_pr)
+        self.templates.add_handler(self._on_template)
+
+    # -- start ----------------------------------------------------------------------------------------------------
+
+    async def start(self) -> list[Reflector]:
+        reflectors = [self.prs, self.templates]
+        try:
+            found = await self.http.request("GET", f"/apis/{WORKLOADS.group}/{WORKLOADS.version}")
+        except ApiError as exc:
+            if not exc.not_found:
+                log.warning("could not discover %s/%s (%s); Workload priorities are 0 until a restart",
+                            WORKLOADS.group, WORKLOADS.version, exc)
+            return reflectors
+        if any(r.get("name") == WORKLOADS.plural for r in found.get("resources") or ()):
+            self.workloads = Reflector(self.http, WORKLOADS)
+            self.workloads.add_handler(self._on_workload)
+            reflectors.append(self.workloads)
+        return reflectors
+
+    def recover(self) -> None:
+        self._changed.update(object_key(obj) for obj in self.prs.cache.values())
+        self.sync(self.host.clock.now())
+
+    def recorded_tokens(self) -> set[str]:
+        """Tokens recorded on any ProvisioningRequest, served or not (their units are not orphans)."""
+        out: set[str] = set()
+        for obj in self.prs.cache.values():
+            record = from_status(obj.get("status") or {})
+            if record is not None:
+                out.update(record.tokens)
+        return out
+
+    async def aclose(self) -> None:
+        return None
+
+    # -- changes ----------------------------------------------------------------------------------------------------
+
+    def _on_pr(self, event: ReflectorEvent) -> None:
+        self._changed.add(object_key(event.obj))
+        self.host.wake()
+
+    def _on_template(self, event: ReflectorEvent) -> None:
+        for key in self._by_template.get(object_key(event.obj), ()):
+            self.host.mark(key)
+        self.host.wake()
+
+    def _on_workload(self, event: ReflectorEvent) -> None:
+        for key in self._by_workload.get(object_key(event.obj), ()):
+            self.host.mark(key)
+        self.host.wake()
+
+    def sync(self, now: float) -> None:
+        changed, self._changed = self._changed, set()
+        settings = self.host.settings
+        for namespace, name in sorted(changed):
+            key = f"{namespace}/{name}"
+            obj = self.prs.get(namespace, name)
+            pr = parse(obj) if obj is not None else None
+            if pr is not None and not served(pr, settings.classes, settings.processor_instance):
+                pr = None
+            known = self._parsed.get(key)
+            if known is not None and (pr is None or pr.uid != known.uid):
+                self.host.forget(key, "its ProvisioningRequest was deleted")
+            if pr is None:
+                continue
+            self._parsed[key] = pr
+            self._index(pr)
+            if known is not None and known.uid == pr.uid:
+                self.host.update(key, request_of(pr))
+            else:
+                self.host.add(new_state(pr))
+
+    def forgotten(self, key: str) -> None:
+        pr = self._parsed.pop(key, None)
+        self._looked_up.pop(key, None)
+        if pr is None:
+            return
+        for name in template_names(pr):
+            self._drop(self._by_template, (pr.namespace, name), key)
+        owner = pr.workload_owner()
+        if owner:
+            self._drop(self._by_workload, (pr.namespace, owner), key)
+
+    def _index(self, pr: ProvReq) -> None:
+        for name in template_names(pr):
+            self._by_template[(pr.namespace, name)].add(pr.key)
+        owner = pr.workload_owner()
+        if owner:
+            self._by_workload[(pr.namespace, owner)].add(pr.key)
+
+    @staticmethod
+    def _drop(index: dict[Key, set[str]], at: Key, key: str) -> None:
+        keys = index.get(at)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del index[at]
+
+    def next_wake(self) -> float | None:
+        return None
+
+    def note_events(self, st: RequestState, events: Sequence[tuple[str, str, str]]) -> None:
+        return None
+
+    # -- gangs ------------------------------------------------------------------------------------------------------
+
+    def gang(self, st: RequestState, *, may_scale: bool | None = None) -> Gang | str | None:
+        pr = self._parsed.get(st.key)
+        if pr is None:
+            return "the ProvisioningRequest is gone"
+        found: dict[str, JSON | None] = {}
+        missing = []
+        for name in dict.fromkeys(template_names(pr)):
+            obj = self.templates.get(pr.namespace, name) if name else None
+            if obj is None and name:
+                obj = self._looked_up.get(pr.key, {}).get(name)
+                if obj is None:
+                    missing.append(name)
+            found[name] = obj if obj is not ABSENT else None
+        if missing:
+            self._look_up(pr, missing)
+            return None
+        priority, raycluster = self._workload(pr)
+        scale = (pr.class_name not in CHECK_CAPACITY_CLASSES) if may_scale is None else may_scale
+        try:
+            gang = build_gang(pr, found.get, priority=priority, may_scale=scale)
+        except PodSetError as exc:
+            return str(exc)
+        return self._less_bound(gang, pr, raycluster) if raycluster else gang
+
+    def _look_up(self, pr: ProvReq, names: list[str]) -> None:
+        if pr.key in self._looking:
+            return
+        self._looking.add(pr.key)
+
+        async def look_up() -> dict[str, JSON]:
+            out = {}
+            for name in names:
+                try:
+                    out[name] = await self.http.request("GET", PODTEMPLATES.path(pr.namespace, name))
+                except ApiError as exc:
+                    if not exc.not_found:
+                        log.warning("could not read podtemplate %s/%s: %s", pr.namespace, name, exc)
+                    out[name] = ABSENT
+            return out
+
+        def then(result: dict[str, JSON] | BaseException) -> None:
+            self._looking.discard(pr.key)
+            if pr.key not in self._parsed:
+                return
+            if isinstance(result, BaseException):
+                result = {name: ABSENT for name in names}
+            self._looked_up.setdefault(pr.key, {}).update(result)
+            self.host.mark(pr.key)
+
+        self.host.spawn(look_up(), f"look up templates of {pr.key}", then=then)
+
+    def _workload(self, pr: ProvReq) -> tuple[int, str | None]:
+        """The owning Workload's ``spec.priority`` (0 without one, or when Kueue is not installed) and the
+        RayCluster that owns the Workload, if one does."""
+        owner = pr.workload_owner()
+        if owner is None or self.workloads is None:
+            return 0, None
+        obj = self.workloads.get(pr.namespace, owner)
+        if obj is None:
+            return 0, None
+        value = (obj.get("spec") or {}).get("priority")
+        raycluster = next((str(ref.get("name")) for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+                           if ref.get("kind") == "RayCluster" and ref.get("controller")), None)
+        return (int(value) if isinstance(value, int) and not isinstance(value, bool) else 0), raycluster
+
+    def _less_bound(self, gang: Gang, pr: ProvReq, raycluster: str) -> Gang:
+        """A PR of a RayCluster's Workload (an elastic slice counts every pod the cluster should have): the
+        replicas already on nodes keep their capacity, so only the rest is provisioned (decision 10)."""
+        obj = self._raycluster(pr.namespace, raycluster)
+        if obj is None:
+            return gang
+        try:
+            cluster = parse_raycluster(obj)
+        except RayClusterError:
+            return gang
+        workers = list(self.host.view.workers.get((pr.namespace, raycluster), {}).values())
+        less = bound_pods(gang, pr.name, cluster, workers)
+        if less != gang:
+            log.info("%s: %s of its pods belong to replicas of RayCluster %s already on nodes; provisioning the rest",
+                     gang.key, gang.pods - less.pods, raycluster, extra={"pr": gang.key})
+        return less
+
+    # -- outcomes ---------------------------------------------------------------------------------------------------
+
+    def consumers(self, st: RequestState) -> Iterable[PodInfo]:
+        return self.host.view.consumers.get(st.key, {}).values()
+
+    def consumed(self, st: RequestState) -> Consumed | None:
+        if len(self.host.view.consumers.get(st.key, {})) >= st.request.pods:
+            return Consumed(C.M_BOOKING_CONSUMED)
+        return None
+
+    def status(self, st: RequestState) -> JSON:
+        return status_body(st)
+
+    async def write(self, st: RequestState, body: JSON) -> None:
+        await apply_provreq_status(self.http, st.request.namespace, st.request.name, body, uid=st.request.uid)
+
+    async def delete(self, st: RequestState) -> None:
+        await delete_provreq(self.http, st.request.namespace, st.request.name, st.request.uid)
+        log.info("deleted %s: its outcome is older than %ss", st.key, self.host.settings.terminal_ttl)
+
+
+def status_body(st: RequestState) -> JSON:
+    status: JSON = {"conditions": st.owned_conditions()}
+    if st.record is not None:
+        details = {DETAIL_KEY: st.record.to_detail()}
+        if (pool := st.record.single_pool) is not None:
+            details[POOL_DETAIL_KEY] = pool
+        status["provisioningClassDetails"] = details
+    return status
+
+
+def new_state(pr: ProvReq) -> RequestState:
+    """A PR seen for the first time: what gangscale wrote on it before (a restart) is taken up."""
+    st = RequestState(request_of(pr), owned_from(pr.status.get("conditions")), from_status(pr.status))
+    st.attempts = st.record.attempt if st.record is not None else 0
+    st.written = repr(status_body(st))
+    st.reported = {ctype: (cond.status, cond.reason) for ctype, cond in st.conditions.items()}
+    return st

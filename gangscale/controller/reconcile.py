@@ -1,0 +1,344 @@
+"""How a request moves on: the conditions to set and the side effects to ask for, as pure functions.
+
+:func:`reconcile` takes one request's state, a read-only view of the world and the time, changes the state in
+memory, and appends the side effects the loop must carry out to an :class:`Actions`. Kueue-style, one linear
+function per phase; nothing here does I/O or reads a clock. :func:`decided`, :func:`obtained` and
+:func:`scale_up_failed` apply a plan's decision and a scale-up's outcome the same way, and :func:`deadline` is
+the one place a request's next due time is computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gangscale.clock import parse_rfc3339, rfc3339
+from gangscale.controller import conditions as C
+from gangscale.controller.backoffs import PoolBackoffs
+from gangscale.controller.bookings import planned_booking
+from gangscale.controller.record import OBTAINED, OBTAINING, Record, Step, step_token
+from gangscale.controller.request import Phase, RequestState, phase
+from gangscale.controller.settings import Settings
+from gangscale.controller.verify import scale_up_problems
+from gangscale.model.decision import Decision, Outcome
+from gangscale.model.nodepool import NodePool
+from gangscale.planner import summarize
+from gangscale.providers.base import ErrorClass, Obtained, ProviderError
+
+NORMAL, WARNING = "Normal", "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """A booking that has served its purpose: the condition message, and an Event reason if one is told."""
+
+    message: str
+    event: str | None = None
+
+
+class World(Protocol):
+    """What reconciling reads of the cluster (the loop's view and the request's source)."""
+
+    def node_present(self, name: str) -> bool: ...
+
+    def node_ready(self, name: str) -> bool: ...
+
+    def consumed(self, st: RequestState) -> Consumed | None:
+        """Whether the request's pods have arrived (source-specific: consumer pods, Ray replicas on nodes)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    st: RequestState
+    steps: tuple[Step, ...]
+    nodes: tuple[str, ...]
+    why: str
+
+
+@dataclass
+class Actions:
+    """Side effects a pass asks the loop for."""
+
+    #: Record the intent, then obtain every unit (a new scale-up).
+    scale_up: list[RequestState] = field(default_factory=list)
+    #: Obtain the units of a recorded ``obtaining`` intent again, with its own tokens (after a restart).
+    resume: list[RequestState] = field(default_factory=list)
+    release: list[Release] = field(default_factory=list)
+    delete: list[RequestState] = field(default_factory=list)
+    #: A booking ended or capacity was handed back: pending requests may retry now.
+    capacity_freed: bool = False
+
+
+@dataclass(frozen=True)
+class Context:
+    now: float
+    settings: Settings
+    pools: Mapping[str, NodePool]
+    backoffs: PoolBackoffs
+    world: World
+
+
+def duration(seconds: float) -> str:
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def booking_ttl(st: RequestState, settings: Settings) -> float:
+    ttl = st.request.booking_ttl
+    return ttl if ttl is not None and ttl >= 0 else settings.booking_ttl
+
+
+def provisioned(st: RequestState, reason: str, message: str, now: float, settings: Settings) -> None:
+    until = rfc3339(now + booking_ttl(st, settings))
+    st.set(C.PROVISIONED, True, reason, f"{message}; capacity booked until {until} or until every pod is scheduled",
+           rfc3339(now))
+    st.retries, st.retry_at = 0, None
+    st.event(NORMAL, "Provisioned", message)
+
+
+# -- per phase ----------------------------------------------------------------------------------------------------
+
+
+def reconcile(st: RequestState, ctx: Context, acts: Actions) -> bool:
+    """Move ``st`` on; True when it is to be planned in this pass. A request whose task runs is left alone."""
+    if st.busy or st.deleted:
+        return False
+    match phase(st):
+        case Phase.DONE:
+            done(st, ctx, acts)
+        case Phase.BOOKED:
+            booked(st, ctx, acts)
+        case Phase.PROVISIONING if st.record is not None and st.record.phase == OBTAINING:
+            acts.resume.append(st)
+        case Phase.PROVISIONING:
+            provisioning(st, ctx, acts)
+        case Phase.PENDING:
+            return pending(st, ctx)
+    return False
+
+
+def pending(st: RequestState, ctx: Context) -> bool:
+    """Accept the request; expire it when too old; True when it should be planned now."""
+    now, stamp = ctx.now, rfc3339(ctx.now)
+    st.set(C.ACCEPTED, True, C.R_ACCEPTED, C.M_ACCEPTED, stamp)
+    if st.request.expires and now - st.request.created >= ctx.settings.expiry:
+        message = (f"ProvisioningRequest is expired: not provisioned within {duration(ctx.settings.expiry)} of its "
+                   "creation")
+        st.set(C.FAILED, True, C.R_EXPIRED, message, stamp)
+        st.event(WARNING, "Expired", message)
+        return False
+    return st.retry_at is None or now >= st.retry_at
+
+
+def booked(st: RequestState, ctx: Context, acts: Actions) -> None:
+    now, stamp = ctx.now, rfc3339(ctx.now)
+    consumed = ctx.world.consumed(st)
+    if consumed is not None:
+        st.set(C.BOOKING_EXPIRED, True, C.R_BOOKING_CONSUMED, consumed.message, stamp)
+        if consumed.event:
+            st.event(NORMAL, consumed.event, f"{consumed.message}; the booking ends")
+        acts.capacity_freed = True
+        return
+    since = parse_rfc3339(st.conditions[C.PROVISIONED].last_transition) or now
+    if now >= since + booking_ttl(st, ctx.settings):
+        st.set(C.BOOKING_EXPIRED, True, C.R_BOOKING_TIME_EXPIRED, C.M_BOOKING_TIME_EXPIRED, stamp)
+        acts.capacity_freed = True
+        return
+    if st.booking:
+        st.booking_seen |= {node for node in st.booking if ctx.world.node_present(node)}
+    # Seeded at a restart with the nodes of the request's scale-up (``Controller.recover_booked``).
+    lost = sorted(node for node in st.booking_seen if not ctx.world.node_present(node))
+    if lost:
+        message = (f"booked nodes were removed before every pod was scheduled: {', '.join(lost[:10])}"
+                   + (f" and {len(lost) - 10} more" if len(lost) > 10 else ""))
+        st.set(C.CAPACITY_REVOKED, True, C.R_NODE_REMOVED, message, stamp)
+        st.event(WARNING, "CapacityRevoked", message)
+        acts.capacity_freed = True
+
+
+def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
+    """A recorded scale-up whose provider calls are over: Provisioned once every node is Ready."""
+    record = st.record
+    assert record is not None
+    nodes = node_names(st)
+    problems = scale_up_problems(record.steps, st.obtained, ctx.pools)
+    if problems:
+        # Never reached through the actuator, which checks every result: a last guard before Provisioned=True.
+        why = (f"the scale-up is not whole ({'; '.join(problems)}); every unit of it was released and the "
+               "request is re-planned")
+        abandon(st, nodes, why, "ScaleUpIncomplete", ctx.now, acts)
+        return
+    ready = [name for name in nodes if ctx.world.node_ready(name)]
+    if len(ready) == len(nodes):
+        st.booking = (planned_booking(st.gang, st.decision, new_nodes_by_pool(st))
+                      if st.gang is not None and st.decision is not None else None)
+        st.booking_seen = set()
+        provisioned(st, C.R_PROVISIONED, f"{len(nodes)} new nodes are Ready ({steps_text(record)})", ctx.now,
+                    ctx.settings)
+        return
+    if ctx.now < record.deadline:
+        return
+    late = sorted({got.pool for got in st.obtained.values() if set(got.node_names) - set(ready)})
+    for pool in late:
+        ctx.backoffs.fail(pool, "nodes that did not become Ready in time", ctx.now)
+    why = (f"{len(nodes) - len(ready)} of {len(nodes)} new nodes were not Ready within "
+           f"{duration(ctx.settings.max_node_provision_time)} (pools {', '.join(late) or '?'}); every unit of the "
+           "scale-up was released and the request is re-planned")
+    abandon(st, nodes, why, "ScaleUpTimedOut", ctx.now, acts)
+
+
+def abandon(st: RequestState, nodes: Sequence[str], why: str, event: str, now: float, acts: Actions) -> None:
+    """Release every unit of the recorded scale-up and send the request back to planning."""
+    assert st.record is not None
+    acts.release.append(Release(st, st.record.steps, tuple(nodes), why))
+    st.record, st.obtained = None, {}
+    st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(now))
+    st.event(WARNING, event, why)
+
+
+def done(st: RequestState, ctx: Context, acts: Actions) -> None:
+    if not ctx.settings.terminal_ttl or not st.request.deletable:
+        return
+    times = [parse_rfc3339(c.last_transition) or ctx.now for t, c in st.conditions.items()
+             if t in (C.PROVISIONED, *C.TERMINAL_TYPES)]
+    if times and ctx.now - max(times) >= ctx.settings.terminal_ttl:
+        acts.delete.append(st)
+
+
+def deadline(st: RequestState, settings: Settings, now: float) -> float | None:
+    """When the request moves on by itself (a retry, an expiry, a booking TTL, a provisioning deadline, a deletion
+    after the terminal TTL); None when only an event can move it. The one place these times are computed."""
+    if st.deleted:
+        return None
+    match phase(st):
+        case Phase.PENDING:
+            times = [st.retry_at] if st.retry_at is not None else []
+            if st.request.expires:
+                times.append(st.request.created + settings.expiry)
+            return min(times, default=None)
+        case Phase.PROVISIONING if st.record is not None and st.record.phase == OBTAINED:
+            return st.record.deadline
+        case Phase.BOOKED:
+            prov = st.conditions.get(C.PROVISIONED)
+            start = (prov and parse_rfc3339(prov.last_transition)) or now
+            return start + booking_ttl(st, settings)
+        case Phase.DONE if settings.terminal_ttl and st.request.deletable:
+            stamps = [parse_rfc3339(c.last_transition) or now for t, c in st.conditions.items()
+                      if t in (C.PROVISIONED, *C.TERMINAL_TYPES)]
+            return max(stamps, default=now) + settings.terminal_ttl
+    return None
+
+
+# -- decisions and outcomes ---------------------------------------------------------------------------------------
+
+
+def decided(st: RequestState, decision: Decision, ctx: Context, acts: Actions) -> None:
+    now, stamp, settings = ctx.now, rfc3339(ctx.now), ctx.settings
+    st.decision = decision
+    match decision.outcome:
+        case Outcome.FITS:
+            assert st.gang is not None
+            st.booking, st.booking_seen = planned_booking(st.gang, decision, {}), set()
+            provisioned(st, C.R_FOUND, summarize(decision), now, settings)
+        case Outcome.SCALE_UP if settings.dry_run:
+            st.retry_at = now + settings.retry_initial
+        case Outcome.SCALE_UP:
+            st.attempts += 1
+            steps = tuple(Step(s.pool, s.units, step_token(st.request.uid, st.attempts, i, now, st.request.version))
+                          for i, s in enumerate(decision.steps))
+            st.record = Record(st.attempts, OBTAINING, now + settings.max_node_provision_time, steps)
+            st.set(C.PROVISIONED, False, C.R_IN_PROGRESS, f"{summarize(decision)}: obtaining the units", stamp)
+            st.event(NORMAL, "ScaleUp", summarize(decision))
+            acts.scale_up.append(st)
+        case Outcome.INFEASIBLE:
+            message = summarize(decision)
+            if st.request.no_retry:
+                st.set(C.FAILED, True, C.R_NOT_FOUND, message, stamp)
+                st.event(WARNING, "CapacityNotFound", message)
+                return
+            st.retries += 1
+            delay = min(settings.retry_initial * 2 ** (st.retries - 1), settings.retry_max)
+            st.retry_at = now + delay
+            st.set(C.PROVISIONED, False, C.R_NOT_FOUND, f"{message}. Next attempt at {rfc3339(st.retry_at)}", stamp)
+            if st.retries == 1:
+                st.event(WARNING, "CapacityNotFound", message)
+
+
+def obtained(st: RequestState, record: Record, got: Mapping[str, Obtained], now: float, settings: Settings) -> None:
+    """Every unit was granted: wait for Ready, or report success at once if the request asks for that."""
+    st.obtained = dict(got)
+    st.record = record.with_phase(OBTAINED)
+    text = steps_text(st.record)
+    if st.request.provisioned_when_requested:
+        st.booking = (planned_booking(st.gang, st.decision, new_nodes_by_pool(st))
+                      if st.gang is not None and st.decision is not None else None)
+        provisioned(st, C.R_PROVISIONED, f"obtained {text}; the nodes are coming up", now, settings)
+        return
+    st.set(C.PROVISIONED, False, C.R_IN_PROGRESS,
+           f"obtained {text}; waiting for the new nodes to be Ready (giving up at {rfc3339(st.record.deadline)})",
+           rfc3339(now))
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed provider step: its error, and the units gangscale held in the pool once the step was undone."""
+
+    error: ProviderError
+    asked: int
+    held: int = 0
+
+
+#: Failures whose cause depends on how much was asked for: the pool stays open for less.
+SIZED = frozenset({ErrorClass.STOCKOUT, ErrorClass.QUOTA})
+
+
+def scale_up_failed(st: RequestState, failures: Sequence[Failure], ctx: Context) -> list[str]:
+    """Every unit was released: back the failed pools off and send the request back to planning. Returns the
+    pools backed off."""
+    now = ctx.now
+    parts, backed_off = [], []
+    for failure in failures:
+        error = failure.error
+        if error.pool in ctx.pools:
+            sized = error.error_class in SIZED
+            until = ctx.backoffs.fail(error.pool, f"{error.error_class.value} ({error.code})", now,
+                                      at_least=error.retry_after, asked=failure.asked if sized else None,
+                                      available=error.available, held=failure.held)
+            backed_off.append(error.pool)
+            left = ctx.backoffs.ceiling(error.pool, now, failure.held) or 0
+            limit = (f"at most {left} more unit{'s' if left != 1 else ''} of it until {rfc3339(until)}" if left
+                     else f"not used until {rfc3339(until)}")
+            parts.append(f"pool {error.pool}: {error.error_class.value} ({error.code}: {error.message}); {limit}")
+        else:
+            parts.append(str(error))
+    permanent = all(f.error.error_class is ErrorClass.PERMANENT for f in failures)
+    message = ("scale-up failed and every unit it obtained was released: " + "; ".join(parts)
+               + ("" if permanent else "; re-planning with the other pools"))
+    st.record, st.obtained = None, {}
+    st.set(C.PROVISIONED, False, C.R_NOT_FOUND, message, rfc3339(now))
+    st.event(WARNING, "ScaleUpFailed", message)
+    st.retry_at = now + ctx.settings.retry_initial if permanent else None
+    return backed_off
+
+
+# -- helpers ------------------------------------------------------------------------------------------------------
+
+
+def node_names(st: RequestState) -> list[str]:
+    return [name for got in st.obtained.values() for name in got.node_names]
+
+
+def steps_text(record: Record) -> str:
+    return ", ".join(f"{step.pool} +{step.units} unit{'s' if step.units != 1 else ''}" for step in record.steps)
+
+
+def new_nodes_by_pool(st: RequestState) -> Mapping[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for got in st.obtained.values():
+        out.setdefault(got.pool, []).extend(got.node_names)
+    return out

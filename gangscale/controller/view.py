@@ -1,0 +1,273 @@
+"""Nodes and pods as the controller sees them, kept current one event at a time.
+
+A node or pod that changes is parsed again, and only it: the sum of the requests of the pods on each node, the
+units of each pool, the nodes of each provider token, the consumer pods of each request and the Ray worker pods
+of each cluster are indices updated by that one change. So the work per event does not grow with the size of
+the cluster, and a planning pass reads a view that is already built (:meth:`ClusterView.snapshot_nodes`).
+
+Each ``apply_*`` returns what the change touched (:class:`Touched`), so the loop can mark exactly the requests
+that depend on it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gangscale.model.nodepool import POOL_LABEL, NodePool
+from gangscale.model.pod import pod_requests
+from gangscale.model.quantity import QuantityError
+from gangscale.model.resources import EMPTY, ResourceList
+from gangscale.model.scheduling import SpecError, Taint
+from gangscale.model.snapshot import NodeState
+from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
+from gangscale.sources.provreq import consumed_pr
+from gangscale.sources.raycluster import WorkerPod, worker_pod
+
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
+TERMINATED = ("Succeeded", "Failed")
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+PodKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    node: str
+    requests: ResourceList
+    #: Pods that do not keep a node from being removed: DaemonSet pods and static (mirror) pods.
+    daemon: bool
+    #: ``namespace/name`` of the request the pod consumes, if any.
+    consumes: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    state: NodeState
+    pool: str | None
+    unit: str | None
+    token: str | None
+    deleting: bool
+
+
+@dataclass
+class Touched:
+    """What one change touched: provider tokens, node names, requests whose consumers changed, Ray clusters."""
+
+    tokens: set[str] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    consumers: set[str] = field(default_factory=set)
+    clusters: set[tuple[str, str]] = field(default_factory=set)
+
+
+def pod_key(obj: JSON) -> PodKey:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", ""))
+
+
+def parse_pod(pod: JSON) -> PodInfo | None:
+    """A bound, non-terminated pod; None for any other (pending pods take nothing from nodes)."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or (pod.get("status") or {}).get("phase") in TERMINATED:
+        return None
+    meta = pod.get("metadata") or {}
+    try:
+        requests = pod_requests(spec)
+    except (SpecError, QuantityError) as exc:
+        log.warning("pod %s/%s: cannot read its requests (%s); counting none", meta.get("namespace"),
+                    meta.get("name"), exc)
+        requests = EMPTY
+    owners = meta.get("ownerReferences") or []
+    daemon = any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners) or \
+        MIRROR_ANNOTATION in (meta.get("annotations") or {})
+    pr = consumed_pr(pod)
+    return PodInfo(str(node), requests, daemon, f"{meta.get('namespace', '')}/{pr}" if pr else None)
+
+
+def parse_node(node: JSON) -> NodeInfo | None:
+    """The node as the planner sees it, with no pods yet (the view adds their requests)."""
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    spec = node.get("spec") or {}
+    name = str(meta.get("name", ""))
+    try:
+        allocatable = ResourceList.parse(status.get("allocatable"), f"node {name} status.allocatable")
+        taints = tuple(Taint.parse(t, f"node {name} spec.taints[{i}]") for i, t in enumerate(spec.get("taints") or []))
+    except (SpecError, QuantityError) as exc:
+        log.warning("node %s is unusable for planning: %s", name, exc)
+        return None
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    deleting = bool(meta.get("deletionTimestamp"))
+    state = NodeState(name=name, allocatable=allocatable, labels=labels, taints=taints,
+                      ready=ready and not deleting, unschedulable=bool(spec.get("unschedulable")))
+    return NodeInfo(state, labels.get(POOL_LABEL), labels.get(UNIT_LABEL), labels.get(TOKEN_LABEL), deleting)
+
+
+class ClusterView:
+    """Parsed nodes and bound pods with their indices; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[PodKey, PodInfo] = {}
+        self.pods_on: dict[str, dict[PodKey, PodInfo]] = defaultdict(dict)
+        self.consumers: dict[str, dict[PodKey, PodInfo]] = defaultdict(dict)
+        self.requested: dict[str, ResourceList] = {}
+        #: pool -> unit id (or node name for a node without one) -> node names.
+        self._units: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self.by_token: dict[str, set[str]] = defaultdict(set)
+        self.workers: dict[tuple[str, str], dict[PodKey, WorkerPod]] = defaultdict(dict)
+        self._worker_of: dict[PodKey, tuple[str, str]] = {}
+        #: Ray clusters whose worker pods changed since the Ray source last looked.
+        self._changed_clusters: set[tuple[str, str]] = set()
+        #: Bumped on every change of nodes or bound pods, so a consumer can tell whether anything moved.
+        self.version = 0
+
+    # -- changes ----------------------------------------------------------------------------------------------------
+
+    def apply_node(self, name: str, obj: JSON | None) -> Touched:
+        touched = Touched(nodes={name})
+        old = self.nodes.pop(name, None)
+        if old is not None:
+            self._unindex_node(name, old)
+            if old.token:
+                touched.tokens.add(old.token)
+        info = parse_node(obj) if obj is not None else None
+        if info is not None:
+            info = replace(info, state=replace(info.state, requested=self.requested.get(name, EMPTY)))
+            self.nodes[name] = info
+            self._index_node(name, info)
+            if info.token:
+                touched.tokens.add(info.token)
+        self.version += 1
+        return touched
+
+    def apply_pod(self, key: PodKey, obj: JSON | None) -> Touched:
+        touched = Touched()
+        old = self.pods.pop(key, None)
+        if old is not None:
+            self._unbind(key, old, touched)
+        info = parse_pod(obj) if obj is not None else None
+        if info is not None:
+            self.pods[key] = info
+            self._bind(key, info, touched)
+        self._apply_worker(key, obj, touched)
+        if old is not None or info is not None:
+            self.version += 1
+        return touched
+
+    # -- reads ------------------------------------------------------------------------------------------------------
+
+    def units(self, pools: Mapping[str, NodePool]) -> dict[str, dict[str, list[str]]]:
+        """pool -> unit id -> node names (sorted), for nodes of the configured pools; a node without a unit label
+        is a unit of its own."""
+        return {pool: {unit: sorted(names) for unit, names in sorted(units.items())}
+                for pool, units in self._units.items() if pool in pools and units}
+
+    def unit_count(self, pool: NodePool, units: Mapping[str, list[str]]) -> int:
+        labelled = sum(1 for nodes in units.values() if self.nodes[nodes[0]].unit is not None)
+        loose = sum(len(nodes) for nodes in units.values() if self.nodes[nodes[0]].unit is None)
+        return labelled + -(-loose // pool.nodes_per_unit)
+
+    def empty(self, node: str) -> bool:
+        return all(info.daemon for info in self.pods_on.get(node, {}).values())
+
+    def ready(self, node: str) -> bool:
+        info = self.nodes.get(node)
+        return info is not None and info.state.ready
+
+    def take_changed_clusters(self) -> set[tuple[str, str]]:
+        changed, self._changed_clusters = self._changed_clusters, set()
+        return changed
+
+    def snapshot_nodes(self, leaving: set[str]) -> Iterator[NodeState]:
+        return (info.state for name, info in self.nodes.items() if name not in leaving)
+
+    # -- indices ----------------------------------------------------------------------------------------------------
+
+    def _index_node(self, name: str, info: NodeInfo) -> None:
+        if info.pool is not None:
+            self._units[info.pool][info.unit or name].add(name)
+        if info.token:
+            self.by_token[info.token].add(name)
+
+    def _unindex_node(self, name: str, info: NodeInfo) -> None:
+        if info.pool is not None:
+            units = self._units[info.pool]
+            unit = units.get(info.unit or name)
+            if unit is not None:
+                unit.discard(name)
+                if not unit:
+                    del units[info.unit or name]
+            if not units:
+                del self._units[info.pool]
+        if info.token:
+            names = self.by_token.get(info.token)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self.by_token[info.token]
+
+    def _bind(self, key: PodKey, info: PodInfo, touched: Touched) -> None:
+        self.pods_on[info.node][key] = info
+        if info.consumes:
+            self.consumers[info.consumes][key] = info
+            touched.consumers.add(info.consumes)
+        self._add_requests(info.node, info.requests, +1)
+        touched.nodes.add(info.node)
+
+    def _unbind(self, key: PodKey, info: PodInfo, touched: Touched) -> None:
+        on = self.pods_on.get(info.node)
+        if on is not None:
+            on.pop(key, None)
+            if not on:
+                del self.pods_on[info.node]
+        if info.consumes:
+            mine = self.consumers.get(info.consumes)
+            if mine is not None:
+                mine.pop(key, None)
+                if not mine:
+                    del self.consumers[info.consumes]
+            touched.consumers.add(info.consumes)
+        self._add_requests(info.node, info.requests, -1)
+        touched.nodes.add(info.node)
+
+    def _add_requests(self, node: str, requests: ResourceList, sign: int) -> None:
+        if not requests:
+            return
+        current = self.requested.get(node, EMPTY)
+        if sign > 0:
+            total = current + requests
+        else:
+            # Recomputed, not subtracted: subtraction floors at zero per resource and would drift.
+            total = EMPTY
+            for info in self.pods_on.get(node, {}).values():
+                total = total + info.requests
+        if total:
+            self.requested[node] = total
+        else:
+            self.requested.pop(node, None)
+        info_node = self.nodes.get(node)
+        if info_node is not None:
+            self.nodes[node] = replace(info_node, state=replace(info_node.state, requested=total))
+
+    def _apply_worker(self, key: PodKey, obj: JSON | None, touched: Touched) -> None:
+        cluster = self._worker_of.pop(key, None)
+        if cluster is not None:
+            workers = self.workers.get(cluster)
+            if workers is not None:
+                workers.pop(key, None)
+                if not workers:
+                    del self.workers[cluster]
+            touched.clusters.add(cluster)
+        found = worker_pod(obj) if obj is not None else None
+        if found is not None:
+            cluster, worker = found
+            self.workers[cluster][key] = worker
+            self._worker_of[key] = cluster
+            touched.clusters.add(cluster)
+        self._changed_clusters |= touched.clusters
