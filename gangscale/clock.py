@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import heapq
 import itertools
@@ -17,6 +16,8 @@ import time
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
+
+from gangscale.aio import cancel_and_wait
 
 T = TypeVar("T")
 
@@ -86,11 +87,7 @@ async def wait_event(clock: Clock, event: asyncio.Event, deadline: float | None)
     try:
         await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (waiter, sleeper):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await cancel_and_wait((waiter, sleeper))
     return event.is_set()
 
 

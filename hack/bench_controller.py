@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +120,14 @@ async def run_one(count: int, batch_idle: float, tmp: Path) -> dict[str, Any]:
             await client.api_client.close()
         await server.stop()
     latencies = sorted(done[name] - sent[name] for name in done)
+    calls = Counter((r.user_agent, r.verb, r.resource + (f"/{r.subresource}" if r.subresource else ""))
+                    for r in server.requests if r.verb not in ("watch", "list", "get"))
     nodes = sum(1 for call in provider.calls if call.operation == "obtain" for _ in range(call.nodes_created))
     return {"prs": count, "batch_idle_s": batch_idle, "median_s": round(statistics.median(latencies), 4),
             "p90_s": round(latencies[int(0.9 * (len(latencies) - 1))], 4), "max_s": round(latencies[-1], 4),
             "wall_s": round(wall, 3), "nodes_created": nodes, "passes": controller.passes,
             "controller_pass_s": round(controller.pass_seconds, 3),
+            "writes_per_pr": {f"{agent} {verb} {res}": round(n / count, 2) for (agent, verb, res), n in sorted(calls.items())},
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
@@ -140,6 +144,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                   f"nodes {row['nodes_created']}  passes {row['passes']} ({row['controller_pass_s']:.2f} s in passes)  "
                   f"peak RSS {row['peak_rss_mib']} MiB",
                   flush=True)
+            print("       writes per PR: " + ", ".join(f"{k} {v:g}" for k, v in row["writes_per_pr"].items()), flush=True)
     return rows
 
 

@@ -8,6 +8,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
+from gangscale.aio import cancel_and_wait
 from gangscale.clock import SystemClock
 from gangscale.config import PoolFile
 from gangscale.controller.loop import Controller
@@ -57,10 +58,7 @@ async def serve(options: RunOptions) -> int:
         runner = asyncio.create_task(controller.run(), name="controller")
         stopper = asyncio.create_task(_stop_after(stop, options.duration), name="stop")
         done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (runner, stopper):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait((runner, stopper))
         if runner in done and runner.exception() is not None:
             log.error("the controller stopped", exc_info=runner.exception())
             return 1

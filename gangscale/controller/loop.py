@@ -36,7 +36,6 @@ batched (a gang forms later, never twice), unsent events and metrics (informatio
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -44,10 +43,12 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
+from gangscale.aio import cancel_and_wait
 from gangscale.clock import Clock, Sleeps, SystemClock, counting_sleeps, rfc3339, wait_event
 from gangscale.controller import conditions as C
 from gangscale.controller.actuator import Actuator
 from gangscale.controller.backoffs import PoolBackoffs
+from gangscale.controller.batching import Batching
 from gangscale.controller.demand import DemandSource
 from gangscale.controller.effects import Effects, Released, ScaledUp, Written
 from gangscale.controller.planning import Units, gangs_of, rebook, units_of
@@ -67,7 +68,7 @@ from gangscale.controller.reconcile import (
 )
 from gangscale.controller.record import OBTAINED
 from gangscale.controller.request import Phase, Request, RequestState, phase
-from gangscale.controller.scaledown import next_due, plan_scale_down
+from gangscale.controller.scaledown import IdleUnits, unneeded
 from gangscale.controller.settings import Settings
 from gangscale.controller.snapshot import NOTHING, Holding, held, inflight_by_pool, pool_states, snapshot, unit_count
 from gangscale.controller.verify import scale_up_problems
@@ -118,6 +119,7 @@ class Controller:
         self.sources: dict[str, DemandSource] = {self.provreqs.name: self.provreqs, self.ray.name: self.ray}
         self.reflectors: tuple[Reflector, ...] = (self.nodes, self.pods)
         self.states: dict[str, RequestState] = {}
+        self._by_source: dict[str, dict[str, RequestState]] = {}
         self.queue = WorkQueue()
         self.wakeup = asyncio.Event()
         self.ready = False
@@ -125,7 +127,7 @@ class Controller:
         self.releasing: set[str] = set()
         self.leaving: set[str] = set()
         self.obtaining: set[str] = set()
-        self.idle_since: dict[str, float] = {}
+        self.idle = IdleUnits()
         self.passes = 0
         self.pass_seconds = 0.0
         self.last_pass: float | None = None
@@ -147,12 +149,18 @@ class Controller:
         self._results: list[tuple[Callable[[Any], None], Any]] = []
         self._tasks: dict[asyncio.Task[Any], Sleeps] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._demand = self._progress = self._freed = False
+        self._freed = False
+        self.batching = Batching(self.settings.batch_idle, self.settings.batch_max)
+        #: Pending requests waiting out a retry backoff (capacity handed back lets them try again at once).
+        self._retrying: set[str] = set()
         self._counted: dict[str, tuple[str, str]] = {}
         self._counts: Counter[tuple[str, str]] = Counter()
         self._write_failures: dict[str, int] = {}
         self._retry_write_at: dict[str, float] = {}
-        self._scaled_view = -1
+        #: node -> how many bookings of requests it holds (scale-down never removes a booked node).
+        self._booked_nodes: Counter[str] = Counter()
+        #: Units the actuator released, as the last pass saw them (their scale-down state changes).
+        self._released_seen: set[str] = set()
         self._resync_at = 0.0
         self._pass_now = 0.0
         self._failed: BaseException | None = None
@@ -163,13 +171,14 @@ class Controller:
         return self.states.get(key)
 
     def requests_of(self, source: str) -> Iterable[RequestState]:
-        return [st for st in self.states.values() if st.request.source == source]
+        return list(self._by_source.get(source, {}).values())
 
     def add(self, st: RequestState) -> None:
         old = self.states.get(st.key)
         if old is not None:
             self.forget(st.key, "replaced by a new object of the same name")
         self.states[st.key] = st
+        self._by_source.setdefault(st.request.source, {})[st.key] = st
         self._index(st)
         self.queue.mark(st.key)
 
@@ -185,12 +194,14 @@ class Controller:
         st = self.states.pop(key, None)
         if st is None:
             return
+        self._by_source.get(st.request.source, {}).pop(key, None)
         st.deleted = True
-        self._scaled_view = -1  # what it held is free now: scale-down looks again
         self.sources[st.request.source].forgotten(key)
         self.queue.forget(key)
+        self.batching.forget(key)
+        self._retrying.discard(key)
         self._unindex(st)
-        self._holdings.pop(key, None)
+        self._set_holding(key, None)
         self._write_failures.pop(key, None)
         self._retry_write_at.pop(key, None)
         self.plans.pop(key, None)
@@ -204,7 +215,6 @@ class Controller:
         self.queue.mark(key)
 
     def wake(self) -> None:
-        self._demand = True
         self.wakeup.set()
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str, then: Callable[[Any], None] | None = None) -> None:
@@ -223,7 +233,6 @@ class Controller:
                 log.error("background task %s failed", t.get_name(), exc_info=error)
             if then is not None:
                 self._results.append((then, error if error is not None else t.result()))
-            self._progress = True
             self.wakeup.set()
             self._settled.set()
 
@@ -248,12 +257,10 @@ class Controller:
 
     def _on_node(self, event: ReflectorEvent) -> None:
         self._changed_nodes.add(str((event.obj.get("metadata") or {}).get("name", "")))
-        self._progress = True
         self.wakeup.set()
 
     def _on_pod(self, event: ReflectorEvent) -> None:
         self._changed_pods.add(object_key(event.obj))
-        self._progress = True
         self.wakeup.set()
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
@@ -300,12 +307,7 @@ class Controller:
     async def aclose(self) -> None:
         for source in self.sources.values():
             await source.aclose()
-        tasks = [*self._tasks, *self._background]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait([*self._tasks, *self._background])
 
     def run_guarded(self) -> None:
         started = time.perf_counter()
@@ -320,23 +322,15 @@ class Controller:
         self._settled.set()
 
     async def wait_for_work(self) -> None:
-        """Until something changed or is due. New demand that arrives while provider calls are under way gathers
-        for one pass (within the batch window flags); progress is handled at once."""
+        """Until something changed or is due (requests held for the next batch are due at its deadline)."""
         if not self.wakeup.is_set():
             await wait_event(self.clock, self.wakeup, self._next_time(self._pass_now))
-        s = self.settings
-        if self._demand and not self._progress and self.obtaining and s.batch_idle > 0:
-            first = self.clock.now()
-            while self.obtaining and not self._progress:
-                self.wakeup.clear()
-                until = min(self.clock.now() + s.batch_idle, first + s.batch_max)
-                if not await wait_event(self.clock, self.wakeup, until):
-                    break
 
     def _next_time(self, now: float) -> float:
         """The earliest time after ``now`` (the last pass's time) at which something is due. A time due by then
         was handled by that pass: waking for it again would spin."""
-        times = [self.queue.next_time(), next_due(self.idle_since, self.settings.scale_down_unneeded_time),
+        times = [self.queue.next_time(), self.idle.due(self.settings.scale_down_unneeded_time),
+                 self.batching.deadline() if self.batching.held else None,
                  *(source.next_wake() for source in self.sources.values()), self._resync_at or now + RESYNC]
         return min((t for t in times if t is not None and t > now), default=now + RESYNC)
 
@@ -389,7 +383,6 @@ class Controller:
         now = self.clock.now() if now is None else now
         self._pass_now = now
         self.wakeup.clear()
-        self._demand = self._progress = False
         for then, result in self._take_results():
             then(result)
         self._apply_cluster_changes()
@@ -398,24 +391,30 @@ class Controller:
         if now >= self._resync_at:
             self.queue.mark_all(self.states)
             self._resync_at = now + RESYNC
-        keys = self.queue.take(now)
+        keys = self.queue.take(now) | self.batching.release(now)
         ctx = Context(now, self.settings, self.pools, self.backoffs, self)
         acts = Actions()
         to_plan = []
+        holding = self.batching.holding(now)
         for key in sorted(keys):
             st = self.states.get(key)
-            if st is not None and reconcile(st, ctx, acts):
+            if st is None:
+                continue
+            if holding and phase(st) is Phase.PENDING and not st.busy:
+                self.batching.hold(key, now)  # reconciled with its batch: Accepted and the decision in one write
+                continue
+            if reconcile(st, ctx, acts):
                 to_plan.append(st)
         if acts.capacity_freed or self._freed:
             self._freed = False
-            to_plan += self._retry_waiting(ctx, keys)
+            to_plan += self._retry_waiting(ctx, keys, holding)
         touched = {st.key for st in to_plan} | {k for k in keys if k in self.states}
         self._refresh(touched)
         self._rebook(touched, now)
         if to_plan:
             self._plan(to_plan, ctx, acts)
             self._refresh({st.key for st in to_plan})
-        self._scale_down(now, bool(touched))
+        self._scale_down(now)
         self._act(acts)
         self._finish(touched, now)
 
@@ -429,19 +428,26 @@ class Controller:
             touched = self.view.apply_node(name, self.nodes.get("", name))
             self.queue.mark_all(self._token_owner[t] for t in touched.tokens if t in self._token_owner)
             self.queue.mark_all(self._booked_on.get(name, ()))
+            self.idle.mark(touched.units)
         pods, self._changed_pods = self._changed_pods, set()
         for key in pods:
             touched = self.view.apply_pod(key, self.pods.get(*key))
             self.queue.mark_all(k for k in touched.consumers if k in self.states)
+            self.idle.mark(touched.units)
 
-    def _retry_waiting(self, ctx: Context, done: set[str]) -> list[RequestState]:
-        """Capacity was handed back: requests waiting out a retry backoff are planned now."""
+    def _retry_waiting(self, ctx: Context, done: set[str], holding: bool) -> list[RequestState]:
+        """Capacity was handed back: requests waiting out a retry backoff are planned now (or with the next
+        batch)."""
         again = []
-        for st in self.states.values():
-            if phase(st) is Phase.PENDING and st.retry_at is not None and not st.busy:
-                st.retry_at = None
-                if st.key not in done and reconcile(st, ctx, Actions()):
-                    again.append(st)
+        for key in sorted(self._retrying):
+            st = self.states[key]
+            if phase(st) is not Phase.PENDING or st.retry_at is None or st.busy:
+                continue
+            st.retry_at = None
+            if holding:
+                self.batching.hold(key, ctx.now)
+            elif key not in done and reconcile(st, ctx, Actions()):
+                again.append(st)
         return again
 
     def _plan(self, to_plan: list[RequestState], ctx: Context, acts: Actions) -> None:
@@ -484,28 +490,21 @@ class Controller:
         return snapshot(pool_states(self.pools, counts, inflight, self.backoffs, now), self.view,
                         self._holdings.values(), unusable)
 
-    def _scale_down(self, now: float, changed: bool) -> None:
-        due = next_due(self.idle_since, self.settings.scale_down_unneeded_time)
-        if not changed and self.view.version == self._scaled_view and (due is None or due > now):
-            return
-        self._scaled_view = self.view.version
-        units = self._units()
+    def _scale_down(self, now: float) -> None:
+        """Look again at the units a change touched; remove those unneeded for long enough (``scaledown``)."""
         released = self.actuator.released
-        released &= {unit for pool_units in units.by_pool.values() for unit in pool_units}
-        protected = {b.node for holding in self._holdings.values() for b in holding.bookings} | self.leaving
-        protected |= {node for pool_units in units.by_pool.values() for unit, nodes in pool_units.items()
-                      if unit in self.releasing or unit in released for node in nodes}
-        # By token: a scale-up resumed after a restart knows its nodes only once its obtain has returned.
-        protected |= {node for token in self._in_flight_tokens() for node in self.view.by_token.get(token, ())}
+        # A unit released by the actuator is gone for scale-down; it is forgotten once its nodes are.
+        released.intersection_update(self.view.unit_pool)
+        self.idle.mark(released ^ self._released_seen)
+        self._released_seen = set(released)
+        self.idle.update(now, self._unneeded)
         going = self.releasing | released
-        counts = {name: unit_count(self.view, pool, units.by_pool.get(name, {}), going, self.leaving)
-                  for name, pool in self.pools.items()}
-        view = self.view
-        removals = plan_scale_down(
-            self.pools, units.by_pool, counts, empty=view.empty, protected=frozenset(protected),
-            labelled=lambda node: view.nodes[node].unit is not None and not view.nodes[node].deleting,
-            idle_since=self.idle_since, now=now, unneeded_time=self.settings.scale_down_unneeded_time)
-        for removal in removals:
+
+        def count(pool: str) -> int:
+            units = self.view.units({pool: self.pools[pool]}).get(pool, {})
+            return unit_count(self.view, self.pools[pool], units, going, self.leaving)
+
+        for removal in self.idle.ripe(self.pools, count, now, self.settings.scale_down_unneeded_time):
             broken = len(removal.nodes) < self.pools[removal.pool].nodes_per_unit
             self.scale_downs = [*self.scale_downs[-49:], {
                 "at": rfc3339(now), "pool": removal.pool, "unit": removal.unit, "nodes": list(removal.nodes),
@@ -515,16 +514,38 @@ class Controller:
                      "missing hosts, empty" if broken else "empty", rfc3339(removal.idle_since),
                      extra={"pool": removal.pool, "unit": removal.unit, "dry_run": self.settings.dry_run})
             if not self.settings.dry_run:
-                self.idle_since.pop(removal.unit, None)
+                self.idle.forget(removal.unit)
                 self.releasing.add(removal.unit)
                 self.spawn(self.actuator.release(removal.pool, [removal.unit], f"scale-down-{removal.unit}"),
                            f"scale-down {removal.unit}", then=functools.partial(self._unit_gone, removal.unit))
+
+    def _unneeded(self, unit: str) -> tuple[str, tuple[str, ...], bool] | None:
+        """(pool, nodes, missing hosts) when ``unit`` may be scaled down: a unit of a managed pool that the provider
+        made, not being removed, with every node empty and protected by nothing."""
+        found = self.view.unit_nodes(unit)
+        if found is None or found[0] not in self.pools:
+            return None
+        pool, nodes = found
+        first = self.view.nodes[nodes[0]]
+        if first.unit is None or first.deleting or unit in self.releasing or unit in self.actuator.released:
+            return None
+        if not unneeded(nodes, empty=self.view.empty, protected=self._protected):
+            return None
+        return pool, nodes, len(nodes) < self.pools[pool].nodes_per_unit
+
+    def _protected(self, node: str) -> bool:
+        """Booked, being rolled back, or a node of a scale-up in progress (by token: a scale-up resumed after a
+        restart knows its nodes only once its obtain has returned)."""
+        if node in self._booked_nodes or node in self.leaving:
+            return True
+        token = self.view.nodes[node].token
+        return token is not None and (token in self.obtaining or self._token_owner.get(token) in self._provisioning)
 
     def _unit_gone(self, unit: str, result: object) -> None:
         if isinstance(result, BaseException):
             log.warning("could not scale down unit %s: %s", unit, result)
         self.releasing.discard(unit)
-        self._scaled_view = -1
+        self.idle.mark([unit])
 
     # -- effects ----------------------------------------------------------------------------------------------------
 
@@ -553,20 +574,25 @@ class Controller:
             source.note_events(st, events)
         st.task = "scale-up"
         self.obtaining.update(record.tokens)
+        self.batching.started(st.key)
+        self._touch_tokens(record.tokens)
         self.spawn(self.effects.scale_up(source, st, record, intent, events), f"scale-up {st.key}",
                    then=lambda result: self._scaled_up(st, result))
 
     def _scaled_up(self, st: RequestState, result: ScaledUp | BaseException) -> None:
         st.task = None
+        self.batching.finished(st.key)
         now = self.clock.now()
         if isinstance(result, BaseException):
             log.error("the scale-up of %s failed unexpectedly", st.key, exc_info=result)
             self.obtaining.difference_update(st.record.tokens if st.record else ())
+            self._touch_tokens(st.record.tokens if st.record else ())
             st.record, st.retry_at = None, now + self.settings.retry_initial
             self.queue.mark(st.key)
             return
         record = result.record
         self.obtaining.difference_update(record.tokens)
+        self._touch_tokens(record.tokens)
         if result.intent_error is not None:
             if result.intent_error.not_found or result.intent_error.conflict:
                 self.forget(st.key, f"its {st.request.kind} is gone")
@@ -609,13 +635,14 @@ class Controller:
 
     def _start_release(self, release: Release) -> None:
         self.leaving.update(release.nodes)
+        self._touch_nodes(release.nodes)
         key = release.st.key
         self.spawn(self.effects.release(key, release.steps, release.nodes, release.why), f"release {key}",
                    then=lambda result: self._released(release.st, release, result))
 
     def _released(self, st: RequestState, release: Release, result: Released | BaseException) -> None:
         self.leaving.difference_update(release.nodes)
-        self._scaled_view = -1
+        self._touch_nodes(release.nodes)
         if st.deleted:
             return
         # Only the record of the scale-up released here: the request may have been re-planned meanwhile.
@@ -701,11 +728,31 @@ class Controller:
             st = self.states.get(key)
             if st is None:
                 continue
-            holding = held(st, self.view, self.sources[st.request.source].consumers(st))
-            if holding is NOTHING:
-                self._holdings.pop(key, None)
-            else:
-                self._holdings[key] = holding
+            self._set_holding(key, held(st, self.view, self.sources[st.request.source].consumers(st)))
+
+    def _set_holding(self, key: str, holding: Holding | None) -> None:
+        """What ``key`` holds now; the nodes whose bookings changed are looked at again by scale-down."""
+        old = self._holdings.pop(key, None)
+        if holding is not None and holding is not NOTHING:
+            self._holdings[key] = holding
+        before = {b.node for b in old.bookings} if old is not None else set()
+        after = {b.node for b in holding.bookings} if holding is not None else set()
+        if before == after:
+            return
+        self._booked_nodes.subtract(before)
+        self._booked_nodes.update(after)
+        for node in before - after:
+            if self._booked_nodes[node] <= 0:
+                del self._booked_nodes[node]
+        self._touch_nodes(before ^ after)
+
+    def _touch_nodes(self, nodes: Iterable[str]) -> None:
+        """Scale-down looks at the units of these nodes again (their protection changed)."""
+        self.idle.mark(unit for node in nodes if (unit := self.view.unit_of(node)) is not None)
+
+    def _touch_tokens(self, tokens: Iterable[str]) -> None:
+        for token in tokens:
+            self._touch_nodes(self.view.by_token.get(token, ()))
 
     def _index(self, st: RequestState) -> None:
         tokens = st.record.tokens if st.record is not None else ()
@@ -722,14 +769,22 @@ class Controller:
         self._index_phase(st, tokens)
 
     def _index_phase(self, st: RequestState, tokens: tuple[str, ...]) -> None:
-        if tokens and phase(st) is Phase.PROVISIONING:
-            self._provisioning[st.key] = tokens
+        now_phase = phase(st)
+        if now_phase is Phase.PENDING and st.retry_at is not None:
+            self._retrying.add(st.key)
         else:
-            self._provisioning.pop(st.key, None)
+            self._retrying.discard(st.key)
+        if tokens and now_phase is Phase.PROVISIONING:
+            if self._provisioning.get(st.key) != tokens:
+                self._provisioning[st.key] = tokens
+                self._touch_tokens(tokens)
+        elif (gone := self._provisioning.pop(st.key, None)) is not None:
+            self._touch_tokens(gone)
 
     def _unindex(self, st: RequestState) -> None:
         tokens, booked = self._indexed.pop(st.key, ((), ()))
-        self._provisioning.pop(st.key, None)
+        if (gone := self._provisioning.pop(st.key, None)) is not None:
+            self._touch_tokens(gone)
         for token in tokens:
             if self._token_owner.get(token) == st.key:
                 del self._token_owner[token]

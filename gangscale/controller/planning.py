@@ -3,7 +3,7 @@ restart left without a booking, choose the units to scale down. Pure functions o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gangscale.clock import rfc3339
@@ -13,7 +13,7 @@ from gangscale.controller.demand import DemandSource
 from gangscale.controller.rebook import rebuilt_booking
 from gangscale.controller.reconcile import WARNING
 from gangscale.controller.request import RequestState
-from gangscale.controller.scaledown import Removal, broken_units, plan_scale_down
+from gangscale.controller.scaledown import broken_units
 from gangscale.controller.view import ClusterView
 from gangscale.model.decision import Outcome
 from gangscale.model.gang import Gang
@@ -89,10 +89,3 @@ def units_of(view: ClusterView, pools: Mapping[str, NodePool], in_flight: set[st
     broken = broken_units(pools, by_pool, lambda node: view.nodes[node].unit is not None,
                           lambda node: view.nodes[node].token in in_flight)
     return Units(by_pool, {unit: nodes for unit, nodes in broken.items() if unit not in released})
-
-
-def scale_down(units: Units, pools: Mapping[str, NodePool], view: ClusterView, counts: Mapping[str, int],
-               protected: set[str], idle_since: dict[str, float], now: float, unneeded_time: float,
-               labelled: Callable[[str], bool]) -> list[Removal]:
-    return plan_scale_down(pools, units.by_pool, counts, empty=view.empty, protected=frozenset(protected),
-                           labelled=labelled, idle_since=idle_since, now=now, unneeded_time=unneeded_time)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from gangscale.aio import cancel_and_wait
 from gangscale.controller.demand import Host
 from gangscale.controller.reconcile import WARNING
 from gangscale.kube.errors import ApiError
@@ -162,11 +162,7 @@ class RayGcs:
     async def aclose(self) -> None:
         tasks = [task for _, task in self._polls.values()]
         self._polls.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(tasks)
         if self.reader is not None:
             await self.reader.aclose()
 

@@ -55,10 +55,12 @@ class NodeInfo:
 
 @dataclass
 class Touched:
-    """What one change touched: provider tokens, node names, requests whose consumers changed, Ray clusters."""
+    """What one change touched: provider tokens, node names, units (a unit id, or the name of a node without one),
+    requests whose consumers changed, Ray clusters."""
 
     tokens: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
+    units: set[str] = field(default_factory=set)
     consumers: set[str] = field(default_factory=set)
     clusters: set[tuple[str, str]] = field(default_factory=set)
 
@@ -119,6 +121,8 @@ class ClusterView:
         self.requested: dict[str, ResourceList] = {}
         #: pool -> unit id (or node name for a node without one) -> node names.
         self._units: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        #: unit id -> its pool, for nodes of any pool.
+        self.unit_pool: dict[str, str] = {}
         self.by_token: dict[str, set[str]] = defaultdict(set)
         self.workers: dict[tuple[str, str], dict[PodKey, WorkerPod]] = defaultdict(dict)
         self._worker_of: dict[PodKey, tuple[str, str]] = {}
@@ -134,6 +138,7 @@ class ClusterView:
         old = self.nodes.pop(name, None)
         if old is not None:
             self._unindex_node(name, old)
+            touched.units.add(old.unit or name)
             if old.token:
                 touched.tokens.add(old.token)
         info = parse_node(obj) if obj is not None else None
@@ -141,6 +146,7 @@ class ClusterView:
             info = replace(info, state=replace(info.state, requested=self.requested.get(name, EMPTY)))
             self.nodes[name] = info
             self._index_node(name, info)
+            touched.units.add(info.unit or name)
             if info.token:
                 touched.tokens.add(info.token)
         self.version += 1
@@ -173,6 +179,17 @@ class ClusterView:
         loose = sum(len(nodes) for nodes in units.values() if self.nodes[nodes[0]].unit is None)
         return labelled + -(-loose // pool.nodes_per_unit)
 
+    def unit_nodes(self, unit: str) -> tuple[str, tuple[str, ...]] | None:
+        """The pool of ``unit`` and its nodes (sorted); None for a unit with no node now."""
+        pool = self.unit_pool.get(unit)
+        if pool is None:
+            return None
+        return pool, tuple(sorted(self._units[pool][unit]))
+
+    def unit_of(self, node: str) -> str | None:
+        info = self.nodes.get(node)
+        return None if info is None else info.unit or node
+
     def empty(self, node: str) -> bool:
         return all(info.daemon for info in self.pods_on.get(node, {}).values())
 
@@ -192,6 +209,7 @@ class ClusterView:
     def _index_node(self, name: str, info: NodeInfo) -> None:
         if info.pool is not None:
             self._units[info.pool][info.unit or name].add(name)
+            self.unit_pool[info.unit or name] = info.pool
         if info.token:
             self.by_token[info.token].add(name)
 
@@ -203,6 +221,7 @@ class ClusterView:
                 unit.discard(name)
                 if not unit:
                     del units[info.unit or name]
+                    self.unit_pool.pop(info.unit or name, None)
             if not units:
                 del self._units[info.pool]
         if info.token:
@@ -219,6 +238,8 @@ class ClusterView:
             touched.consumers.add(info.consumes)
         self._add_requests(info.node, info.requests, +1)
         touched.nodes.add(info.node)
+        if (unit := self.unit_of(info.node)) is not None:
+            touched.units.add(unit)
 
     def _unbind(self, key: PodKey, info: PodInfo, touched: Touched) -> None:
         on = self.pods_on.get(info.node)
@@ -235,6 +256,8 @@ class ClusterView:
             touched.consumers.add(info.consumes)
         self._add_requests(info.node, info.requests, -1)
         touched.nodes.add(info.node)
+        if (unit := self.unit_of(info.node)) is not None:
+            touched.units.add(unit)
 
     def _add_requests(self, node: str, requests: ResourceList, sign: int) -> None:
         if not requests:

@@ -8,11 +8,11 @@ tokens, units, rollback) and this one as what a cloud's machines do in the Kuber
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from gangscale.aio import cancel_and_wait
 from gangscale.clock import Clock, rfc3339
 from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.model.pod import HOSTNAME_LABEL
@@ -178,11 +178,7 @@ class ReadyTimers:
     async def aclose(self) -> None:
         tasks = [task for group in self._timers.values() for task in group]
         self._timers.clear()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(tasks)
 
     def _done(self, unit_id: str, task: asyncio.Task[None]) -> None:
         group = self._timers.get(unit_id)

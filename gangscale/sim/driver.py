@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gangscale.aio import cancel_and_wait
 from gangscale.clock import ManualClock
 from gangscale.controller.loop import Controller
 from gangscale.controller.settings import Settings
@@ -201,11 +202,7 @@ class SimCluster:
     # --- teardown ----------------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         if self.provider is not None:
             await self.provider.aclose()

@@ -122,6 +122,8 @@ class Cluster:
         self.ctl_http = self.cloud_http = None
 
     async def advance(self, seconds: float) -> None:
+        """Let the cluster react to what just happened, at the time it happened; then move the clock in one jump."""
+        await self.idle()
         await self.clock.advance(seconds)
         await self.idle()
 

@@ -759,8 +759,8 @@ async def test_empty_units_are_removed_after_the_unneeded_time(tmp_path: Path, t
         for unit in busy:
             await bind_pod(cl, f"web-{unit}", f"{unit}-1" if pool.startswith("tpu") else f"{unit}-0")
         # The controller has seen the pods and counts every other unit idle from the same moment.
-        await wait_for(lambda: set(cl.ctl.idle_since) == set(units) - busy)
-        since = max(cl.ctl.idle_since.values())
+        await wait_for(lambda: set(cl.ctl.idle.since) == set(units) - busy)
+        since = max(cl.ctl.idle.since.values())
         assert since == cl.clock.now()
 
         cl.cloud.faults(pool).call_latency = 5  # a removal takes 5 s of the cloud's time

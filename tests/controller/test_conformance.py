@@ -327,9 +327,9 @@ async def test_s07_no_timebox_idle_decides_at_once_busy_gathers_one_pass(
 
     A 24-CPU node takes six 4-CPU check-capacity PRs. ``pr-0`` arrives on an idle controller: decided at once.
     Then a CPU scale-up whose provider call takes 5 s starts, and ``pr-1``..``pr-7`` arrive half a second apart
-    meanwhile (``batch_idle=1s``, so each arrival extends the window): nothing is written for them until the call
-    returns, and then a single pass decides all seven (Accepted and the decision in one write each): five fit, two
-    get CapacityIsNotFound.
+    meanwhile: they are held for the next batch, and nothing is written for them until the batch window closes
+    (``batch_idle=1s`` after the last arrival, still inside the 5 s call): then a single pass decides all seven
+    (Accepted and the decision in one write each): five fit, two get CapacityIsNotFound.
     """
     passes = spy_passes(monkeypatch)
     async with running_cluster(tmp_path, start=False) as cl:
@@ -353,7 +353,7 @@ async def test_s07_no_timebox_idle_decides_at_once_busy_gathers_one_pass(
             await cl.advance(0.5)
         assert passes == [[("pr-0", "Fits")], [("scale", "ScaleUp")]]
         assert [await cl.conditions(name) for name in names] == [{}] * len(names)
-        await cl.advance_stepwise(2)  # the provider call returns (5 s after it started)
+        await cl.advance_stepwise(2)  # the window closes 1 s after the last arrival
         for name in names[:5]:
             await cl.wait_condition(name, "Provisioned", "True", "CapacityIsFound")
         for name in names[5:]:

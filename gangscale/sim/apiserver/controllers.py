@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 from typing import Any
 
+from gangscale.aio import cancel_and_wait
 from gangscale.sim.apiserver.api import ObjectAPI, WriteContext
 from gangscale.sim.apiserver.conversion import from_storage
 from gangscale.sim.apiserver.deletion import DeleteOptions
 from gangscale.sim.apiserver.errors import StatusError
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.resources import StorageKey
 from gangscale.sim.apiserver.store import Event
 from gangscale.sim.apiserver.strategies import NOT_READY_TAINT, UNREACHABLE_TAINT
@@ -64,9 +65,7 @@ class ControllerManager:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
 
     async def settle(self) -> None:
@@ -171,7 +170,7 @@ class ControllerManager:
             finalizers.remove("foregroundDeletion")
         else:
             return
-        new = copy.deepcopy(owner)
+        new = json_copy(owner)
         new["metadata"]["finalizers"] = finalizers
         self._replace(ref[0], new)
 
@@ -190,7 +189,7 @@ class ControllerManager:
         if remaining and any(True for rt in self.api.registry.types() if rt.namespaced
                              for _ in self.api.store.items(rt.storage, name)):
             return
-        new = copy.deepcopy(ns)
+        new = json_copy(ns)
         new.setdefault("spec", {})["finalizers"] = []
         new["metadata"]["finalizers"] = [f for f in new["metadata"].get("finalizers") or [] if f != "kubernetes"]
         if new["metadata"]["finalizers"]:
@@ -205,7 +204,7 @@ class ControllerManager:
         taints = _taints_to_fix(node)
         if taints is None:
             return
-        new = copy.deepcopy(node)
+        new = json_copy(node)
         new.setdefault("spec", {})["taints"] = taints
         if not taints:
             new["spec"].pop("taints")
@@ -219,7 +218,7 @@ class ControllerManager:
         self.api.replace(rt, meta.get("namespace", ""), meta["name"], from_storage(rt, stored), None, self._ctx())
 
     def _set_refs(self, key: StorageKey, obj: JSON, refs: list[JSON]) -> None:
-        new = copy.deepcopy(obj)
+        new = json_copy(obj)
         if refs:
             new["metadata"]["ownerReferences"] = refs
         else:

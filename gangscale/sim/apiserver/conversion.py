@@ -9,9 +9,9 @@ field with the renames of the upstream conversion (``regarding`` is ``involvedOb
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.resources import ResourceType
 
 JSON = dict[str, Any]
@@ -40,16 +40,24 @@ def to_storage(rt: ResourceType, obj: JSON) -> JSON:
         out: JSON = {"apiVersion": "v1", "kind": "Event"}
         for key in _EVENT_SHARED:
             if key in obj:
-                out[key] = copy.deepcopy(obj[key])
+                out[key] = json_copy(obj[key])
         for new, old in _EVENT_RENAMES.items():
             if new in obj:
-                out[old] = copy.deepcopy(obj[new])
+                out[old] = json_copy(obj[new])
         return out
-    out = copy.deepcopy(obj)
+    out = json_copy(obj)
     if rt.custom or rt.kind != "Event":
         storage_av = f"{rt.group}/{rt.storage_version}" if rt.group else rt.storage_version
         out["apiVersion"] = storage_av or rt.api_version
     return out
+
+
+def storage_view(rt: ResourceType, stored: JSON) -> JSON:
+    """The stored object as ``rt``'s version shows it, for reading only (selectors): only the top level is new,
+    everything below it is the stored object's own."""
+    if _is_events_api(rt):
+        return from_storage(rt, stored)
+    return {**stored, "apiVersion": rt.api_version, "kind": rt.kind}
 
 
 def from_storage(rt: ResourceType, stored: JSON) -> JSON:
@@ -58,12 +66,12 @@ def from_storage(rt: ResourceType, stored: JSON) -> JSON:
         out: JSON = {"apiVersion": rt.api_version, "kind": "Event"}
         for key in _EVENT_SHARED:
             if key in stored:
-                out[key] = copy.deepcopy(stored[key])
+                out[key] = json_copy(stored[key])
         for new, old in _EVENT_RENAMES.items():
             if old in stored:
-                out[new] = copy.deepcopy(stored[old])
+                out[new] = json_copy(stored[old])
         return out
-    out = copy.deepcopy(stored)
+    out = json_copy(stored)
     out["apiVersion"] = rt.api_version
     out["kind"] = rt.kind
     return out

@@ -9,12 +9,12 @@ namespace controller. Preconditions on uid or resourceVersion that do not hold a
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver.conversion import from_storage
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.resources import Registry, ResourceType, StorageKey, storage_key
 from gangscale.sim.apiserver.store import Store
 
@@ -67,7 +67,7 @@ class DeletionVerbs:
             return self._remove_now(rt, ns, name), True
         if meta.get("deletionTimestamp") and finalizers == list(meta.get("finalizers") or []):
             return from_storage(rt, stored), False
-        new = copy.deepcopy(stored)
+        new = json_copy(stored)
         new["metadata"]["finalizers"] = finalizers
         if not new["metadata"].get("deletionTimestamp"):
             new["metadata"]["deletionTimestamp"] = self._now()
@@ -80,7 +80,7 @@ class DeletionVerbs:
 
     def _mark_terminating(self, rt: ResourceType, stored: JSON, finalizers: list[str],
                           dry_run: bool) -> JSON:
-        new = copy.deepcopy(stored)
+        new = json_copy(stored)
         new["metadata"].setdefault("deletionTimestamp", self._now())
         new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
         if finalizers:

@@ -38,7 +38,6 @@ re-exported here.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -67,6 +66,7 @@ from gangscale.sim.apiserver.fieldsets import (
     validate,
 )
 from gangscale.sim.apiserver.goformat import go_json
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.managedfields import (
     Entry,
     EntryKey,
@@ -254,7 +254,7 @@ def _restore(obj: JSON, live: JSON, paths: Iterable[Path]) -> JSON:
         for name in path[:-1]:
             dst = dst.setdefault(name, {}) if src is not None else dst.get(name) or {}
         if src is not None:
-            dst[path[-1]] = copy.deepcopy(src)
+            dst[path[-1]] = json_copy(src)
         elif isinstance(dst, dict):
             dst.pop(path[-1], None)
     return obj
@@ -307,7 +307,7 @@ def _sync_last_applied(obj: JSON, applied: JSON) -> None:
     annotations = (obj.get("metadata") or {}).get("annotations")
     if not isinstance(annotations, dict) or not annotations.get(LAST_APPLIED):
         return
-    config = copy.deepcopy(applied)
+    config = json_copy(applied)
     config_annotations = (config.get("metadata") or {}).get("annotations")
     if isinstance(config_annotations, dict):
         config_annotations.pop(LAST_APPLIED, None)
@@ -317,7 +317,7 @@ def _sync_last_applied(obj: JSON, applied: JSON) -> None:
 def record_update(old: JSON | None, new: JSON, *, manager: str, shape: Shape, api_version: str,
                   subresource: str | None, now: str, reset_fields: Iterable[Path] = ()) -> JSON:
     """managedFields after a create (``old`` None), PUT or non-apply PATCH; returns ``new`` updated."""
-    result = copy.deepcopy(new)
+    result = json_copy(new)
     requested = managed_of(new)
     if subresource:
         entries = decode_or_empty(managed_of(old))  # a subresource cannot rewrite managedFields

@@ -21,7 +21,6 @@ Not reproduced:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from gangscale.sim.apiserver.fieldpath import (
@@ -34,6 +33,7 @@ from gangscale.sim.apiserver.fieldpath import (
     set_of_names,
 )
 from gangscale.sim.apiserver.goformat import go_quote
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.shapes import ListShape, ListType, Path, Shape
 
 __all__ = [
@@ -222,13 +222,13 @@ def merge(lhs: Any, rhs: Any, shape: Shape, path: FieldPath = ()) -> Any:
     if rhs is None and isinstance(lhs, dict | list):
         rhs = type(lhs)()  # a null container merges like an empty one: the live value stays
     if not (isinstance(lhs, dict | list) and type(lhs) is type(rhs)) or (path and _atomic(rhs, path, shape)):
-        return copy.deepcopy(rhs)
+        return json_copy(rhs)
     if not lhs and not rhs:
-        return copy.deepcopy(rhs)
+        return json_copy(rhs)
     if isinstance(lhs, dict) and isinstance(rhs, dict):
-        out = {k: merge(v, rhs[k], shape, (*path, ("f", k))) if k in rhs else copy.deepcopy(v)
+        out = {k: merge(v, rhs[k], shape, (*path, ("f", k))) if k in rhs else json_copy(v)
                for k, v in lhs.items()}
-        out.update({k: copy.deepcopy(v) for k, v in rhs.items() if k not in lhs})
+        out.update({k: json_copy(v) for k, v in rhs.items() if k not in lhs})
         return out
     return _merge_list(_index(lhs, path, shape), _index(rhs, path, shape), path, shape)
 
@@ -251,13 +251,13 @@ def _merge_list(left: dict[PE, Any], right: dict[PE, Any], path: FieldPath, shap
                 li += 1
                 continue
         if li < len(lorder) and lorder[li] not in right:
-            out.append(copy.deepcopy(left[lorder[li]]))
+            out.append(json_copy(left[lorder[li]]))
             li += 1
             continue
         if ri < len(rorder):
             pe = rorder[ri]
             out.append(merge(left[pe], right[pe], shape, (*path, pe)) if pe in left
-                       else copy.deepcopy(right[pe]))
+                       else json_copy(right[pe]))
             ri += 1
             if next_shared == pe:
                 next_shared = next(shared, None)
@@ -273,7 +273,7 @@ def remove_items(value: Any, remove: FieldSet, shape: Shape) -> Any:
 def _remove(value: Any, remove: FieldSet, shape: Shape, path: FieldPath) -> Any:
     """None where the library's walker produces no value (an empty or atomic container)."""
     if not isinstance(value, dict | list):
-        return copy.deepcopy(value)
+        return json_copy(value)
     if not value or (path and _atomic(value, path, shape)):
         return None
     pairs: list[tuple[PE | None, Any]]
@@ -288,7 +288,7 @@ def _remove(value: Any, remove: FieldSet, shape: Shape, path: FieldPath) -> Any:
             continue
         sub = remove.children.get(pe) if pe is not None else None
         matched = matched or sub is not None
-        after = _remove(item, sub, shape, (*path, pe)) if sub and pe else copy.deepcopy(item)
+        after = _remove(item, sub, shape, (*path, pe)) if sub and pe else json_copy(item)
         # v6 keeps a container it emptied rather than turning it into null.
         kept.append((pe, type(item)() if after is None and isinstance(item, dict | list) else after))
     if not kept and not matched:
@@ -318,7 +318,7 @@ def normalize(value: Any, shape: Shape, path: Path = ()) -> Any:
         out = {k: normalize(v, shape, (*path, k)) for k, v in value.items()}
         for k, zero in shape.zero_fields(path).items():
             if k not in out:
-                out[k] = normalize(copy.deepcopy(zero), shape, (*path, k))
+                out[k] = normalize(json_copy(zero), shape, (*path, k))
         return out
     if isinstance(value, list):
         return [normalize(v, shape, path) for v in value]

@@ -16,7 +16,6 @@ Not reproduced: version conversion; an entry's fields are kept as recorded, what
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +23,7 @@ from typing import Any
 
 from gangscale.sim.apiserver.fieldpath import FieldSet
 from gangscale.sim.apiserver.goformat import go_json, go_quote
+from gangscale.sim.apiserver.jsoncopy import json_copy
 
 JSON = dict[str, Any]
 EntryKey = tuple[str, str, str, str]
@@ -134,7 +134,7 @@ def managed_of(obj: Any) -> Any:
 
 def without_managed(obj: JSON) -> JSON:
     """A copy of the object without ``metadata.managedFields``."""
-    out = copy.deepcopy(obj)
+    out = json_copy(obj)
     if isinstance(out.get("metadata"), dict):
         out["metadata"].pop("managedFields", None)
     return out

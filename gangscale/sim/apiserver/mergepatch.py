@@ -10,10 +10,10 @@ Not reproduced: no known differences.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from gangscale.sim.apiserver.errors import StatusError
+from gangscale.sim.apiserver.jsoncopy import json_copy
 
 JSON = dict[str, Any]
 
@@ -21,13 +21,13 @@ JSON = dict[str, Any]
 def merge_patch(target: Any, patch: Any) -> Any:
     """A JSON merge patch; never mutates its arguments."""
     if isinstance(patch, list):
-        return [prune_nulls(v) for v in copy.deepcopy(patch)]
+        return [prune_nulls(v) for v in json_copy(patch)]
     if not isinstance(patch, dict):
         raise StatusError(500, "", "Invalid JSON Patch")
     if not isinstance(target, dict):
-        return prune_nulls(copy.deepcopy(patch))
-    doc = copy.deepcopy(target)
-    _merge_docs(doc, copy.deepcopy(patch))
+        return prune_nulls(json_copy(patch))
+    doc = json_copy(target)
+    _merge_docs(doc, json_copy(patch))
     return doc
 
 

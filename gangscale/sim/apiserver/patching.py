@@ -18,12 +18,12 @@ its leniency for paths without a leading ``/`` are rejected instead.
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
 from gangscale.sim.apiserver.errors import StatusError, cannot_unmarshal, generic_invalid
 from gangscale.sim.apiserver.fieldsets import json_equal
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.mergepatch import merge_patch
 from gangscale.sim.apiserver.strategicpatch import strategic_merge_patch
 
@@ -49,7 +49,7 @@ def json_patch(target: Any, ops: Any) -> Any:
     if len(ops) > MAX_JSON_PATCH_OPERATIONS:
         raise StatusError(413, "RequestEntityTooLarge", "Request entity too large: The allowed maximum "
                           f"operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {len(ops)}")
-    doc = copy.deepcopy(target)
+    doc = json_copy(target)
     try:
         for op in ops:
             doc = _apply_op(doc, op or {})
@@ -141,24 +141,24 @@ def _test(doc: Any, tokens: list[str], op: JSON) -> None:
 def _apply_op(doc: Any, op: JSON) -> Any:
     kind = op.get("op") if isinstance(op.get("op"), str) else "unknown"
     if kind == "add":
-        return _add(doc, _pointer(op, "path"), copy.deepcopy(op.get("value")))
+        return _add(doc, _pointer(op, "path"), json_copy(op.get("value")))
     if kind == "remove":
         return _remove(doc, _pointer(op, "path"))
     if kind == "replace":
         tokens = _pointer(op, "path")
         if not tokens:
-            return copy.deepcopy(op.get("value"))
+            return json_copy(op.get("value"))
         node = _parent(doc, tokens)
         if isinstance(node, list):
             _index(node, tokens[-1], allow_end=False)  # an array element must exist ...
         # ... an object member need not: v4's partialDoc.get reports no error for a missing key, so replace
         # then adds it (the Ray autoscaler relies on this for workerGroupSpecs[i].scaleStrategy).
         node[tokens[-1] if isinstance(node, dict) else _index(node, tokens[-1], allow_end=False)] = (
-            copy.deepcopy(op.get("value")))
+            json_copy(op.get("value")))
         return doc
     if kind in ("move", "copy"):
         source = _pointer(op, "from")
-        value = copy.deepcopy(_get(doc, source))
+        value = json_copy(_get(doc, source))
         if kind == "move":
             doc = _remove(doc, source)
         return _add(doc, _pointer(op, "path"), value)

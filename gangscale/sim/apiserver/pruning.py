@@ -21,10 +21,10 @@ Go reports unknown fields in map order; we report them in document order.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from gangscale.sim.apiserver.errors import StatusError, bad_request
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.metavalidation import OBJECT_META_FIELDS
 
 JSON = dict[str, Any]
@@ -35,7 +35,7 @@ _RESOURCE_FIELDS = ("apiVersion", "kind", "metadata")
 
 def prune(obj: JSON, schema: Schema) -> JSON:
     """A pruned deep copy of ``obj`` (the input is left untouched)."""
-    out = copy.deepcopy(obj)
+    out = json_copy(obj)
     _prune(out, schema, "", [], root=True)
     meta = out.get("metadata")
     if isinstance(meta, dict):
@@ -48,7 +48,7 @@ def prune(obj: JSON, schema: Schema) -> JSON:
 def unknown_fields(obj: JSON, schema: Schema) -> list[str]:
     """Paths of the fields pruning would drop, metadata included (``metadata.foo``)."""
     found: list[str] = []
-    _prune(copy.deepcopy(obj), schema, "", found, root=True)
+    _prune(json_copy(obj), schema, "", found, root=True)
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         found += [f"metadata.{k}" for k in meta if k not in OBJECT_META_FIELDS]

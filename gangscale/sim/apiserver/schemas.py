@@ -32,10 +32,11 @@ ClusterQueue/ProvisioningRequestConfig spec, and ``x-kubernetes-map-type: atomic
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gangscale.sim.apiserver.jsoncopy import json_copy
 
 Schema = dict[str, Any]
 
@@ -82,7 +83,7 @@ class CustomResourceSpec:
     def schema(self, version: str) -> Schema:
         """A private deep copy of a version's schema (the table itself must stay unchanged)."""
         found = self.version(version)
-        return copy.deepcopy(dict(found.schema)) if found else {}
+        return json_copy(dict(found.schema)) if found else {}
 
 
 # --- schema building blocks -----------------------------------------------------------------------------

@@ -12,12 +12,12 @@ with respect to every other request, as a single etcd transaction is.
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.resources import StorageKey
 
 JSON = dict[str, Any]
@@ -120,7 +120,7 @@ class Store:
         okey = (meta.get("namespace", "") or "", meta["name"])
         prev = self._objects.get(key, {}).get(okey)
         self._rv += 1
-        stored = copy.deepcopy(obj)
+        stored = json_copy(obj)
         stored["metadata"]["resourceVersion"] = str(self._rv)
         self._objects.setdefault(key, {})[okey] = stored
         self._emit(key, Event(self._rv, "ADDED" if added else "MODIFIED", stored, prev))
@@ -132,7 +132,7 @@ class Store:
             return None
         self._rv += 1
         # As etcd's delete event does, the watchers get the last stored state at the delete revision.
-        last = copy.deepcopy(prev)
+        last = json_copy(prev)
         last["metadata"]["resourceVersion"] = str(self._rv)
         self._emit(key, Event(self._rv, "DELETED", last, prev))
         return last

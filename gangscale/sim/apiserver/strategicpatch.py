@@ -18,11 +18,11 @@ Not reproduced:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from gangscale.sim.apiserver.errors import StatusError, bad_request, cannot_unmarshal, generic_invalid
 from gangscale.sim.apiserver.goformat import go_v
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.mergepatch import prune_nulls
 from gangscale.sim.apiserver.shapes import Path, Shape
 
@@ -75,7 +75,7 @@ def strategic_merge_patch(target: JSON, patch: Any, shape: Shape) -> JSON:
         patch = {}
     if not isinstance(patch, dict):
         raise cannot_unmarshal(patch, "map[string]interface {}")
-    merged: JSON = _strip_dollar_keys(_Smp(shape).merge_map(copy.deepcopy(target), copy.deepcopy(patch), ()))
+    merged: JSON = _strip_dollar_keys(_Smp(shape).merge_map(json_copy(target), json_copy(patch), ()))
     return merged
 
 

@@ -41,10 +41,10 @@ except for the scheduling directives of a suspended, never-started Job) and ``ba
 from __future__ import annotations
 
 import base64
-import copy
 from typing import Any
 
 from gangscale.sim.apiserver.errors import Cause, StatusError, invalid
+from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.resources import ResourceType
 
 JSON = dict[str, Any]
@@ -234,23 +234,23 @@ def reset_for_subresource(rt: ResourceType, old: JSON, new: JSON, subresource: s
     """What a write to the main endpoint or to ``/status`` may change, as the status strategies decide."""
     if subresource == "status":
         if rt.custom or rt.kind == "CustomResourceDefinition":
-            out = copy.deepcopy(old)
+            out = json_copy(old)
             out["metadata"]["managedFields"] = new.get("metadata", {}).get("managedFields", [])
             if "status" in new:
-                out["status"] = copy.deepcopy(new["status"])
+                out["status"] = json_copy(new["status"])
             else:
                 out.pop("status", None)
             return out
-        out = copy.deepcopy(new)
+        out = json_copy(new)
         if "spec" in old:
-            out["spec"] = copy.deepcopy(old["spec"])
+            out["spec"] = json_copy(old["spec"])
         else:
             out.pop("spec", None)
         return out
     if rt.status_subresource:
-        out = copy.deepcopy(new)
+        out = json_copy(new)
         if "status" in old:
-            out["status"] = copy.deepcopy(old["status"])
+            out["status"] = json_copy(old["status"])
         else:
             out.pop("status", None)
         return out
@@ -279,7 +279,7 @@ _POD_MUTABLE_HINT = (
 
 def validate_pod_update(old: JSON, new: JSON) -> None:
     """Pod specs are immutable but for a few fields; ``nodeName`` is set only through binding."""
-    o, n = copy.deepcopy(old.get("spec") or {}), copy.deepcopy(new.get("spec") or {})
+    o, n = json_copy(old.get("spec") or {}), json_copy(new.get("spec") or {})
     for group in ("containers", "initContainers"):
         for oc, nc in zip(o.get(group) or [], n.get(group) or [], strict=False):
             if isinstance(oc, dict) and isinstance(nc, dict):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gangscale.sim.apiserver.conversion import from_storage
+from gangscale.sim.apiserver.conversion import from_storage, storage_view
 from gangscale.sim.apiserver.resources import ResourceType, storage_key
 from gangscale.sim.apiserver.store import Event, Store, TooOldResourceVersion, Watcher
 
@@ -46,20 +46,22 @@ def _projector(req: WatchRequest) -> Callable[[Event], tuple[str, JSON] | None]:
             return False
         if ns is not None and rt.namespaced and obj["metadata"].get("namespace", "") != ns:
             return False
-        return req.matches(from_storage(rt, obj))
+        return req.matches(storage_view(rt, obj))
 
     def project(ev: Event) -> tuple[str, JSON] | None:
         cur_ok = ev.type != "DELETED" and in_scope(ev.obj)
         prev_ok = in_scope(ev.prev) if ev.type != "DELETED" else in_scope(ev.obj)
+        # Events are only serialized, and stored objects are never changed in place (a write stores a new
+        # object): a shallow view is enough, and saves a deep copy per event and watcher.
         if ev.type == "DELETED":
-            return ("DELETED", from_storage(rt, ev.obj)) if prev_ok else None
+            return ("DELETED", storage_view(rt, ev.obj)) if prev_ok else None
         if cur_ok and prev_ok:
-            return ("MODIFIED", from_storage(rt, ev.obj))
+            return ("MODIFIED", storage_view(rt, ev.obj))
         if cur_ok:
-            return ("ADDED", from_storage(rt, ev.obj))
+            return ("ADDED", storage_view(rt, ev.obj))
         if prev_ok and ev.prev is not None:
-            gone = from_storage(rt, ev.prev)
-            gone["metadata"]["resourceVersion"] = str(ev.rv)
+            gone = storage_view(rt, ev.prev)
+            gone["metadata"] = {**gone["metadata"], "resourceVersion": str(ev.rv)}
             return ("DELETED", gone)
         return None
 
@@ -82,9 +84,8 @@ def open_watch(store: Store, req: WatchRequest) -> tuple[Watcher, list[tuple[str
     rv = req.resource_version
     if rv in ("", "0") or req.send_initial_events:
         for obj in store.items(key, req.namespace if req.rt.namespaced else None):
-            conv = from_storage(req.rt, obj)
-            if req.matches(conv):
-                backlog.append(("ADDED", conv))
+            if req.matches(storage_view(req.rt, obj)):
+                backlog.append(("ADDED", from_storage(req.rt, obj)))
         if req.send_initial_events:
             backlog.append(("BOOKMARK", bookmark(req.rt, store.resource_version, initial_events_end=True)))
     else:
