@@ -1,33 +1,44 @@
 #!/usr/bin/env python3
-"""Benchmark the controller end to end: PR creation to ``Provisioned=True``, with zero provider delay.
+"""Benchmark the controller end to end: ProvisioningRequest creation to ``Provisioned=True``, zero-delay cloud.
 
-    python hack/bench_controller.py [--counts 1,100,1000] [--batch-idle S] [--json FILE]
+    python hack/bench_controller.py [--counts 200,1000] [--nodes-per-pr 1] [--single 20]
+                                    [--apiserver process|inprocess] [--kubeconfig FILE]
+                                    [--batch-idle S] [--json FILE]
 
-For each count N, a fresh embedded API server, simulated cloud (``provisionSeconds: 0``) and controller run
-in this process on the wall clock. N ProvisioningRequests (one pod needing a whole 8-GPU node each, so N new
-nodes) are created at once by concurrent clients; a watch records when each one's ``Provisioned=True``
-arrives. Latency per PR = that moment minus the moment its create call was sent (client-side, monotonic
-clock: the server's creationTimestamp has whole-second resolution). Reported: median, p90, max, the
-wall time until the last one, and the process's peak RSS. Everything shares one Python process and the
-machine's cores, so the API server's own work is included in the figures, and it dominates them: the
-embedded server is pure Python (a server-side apply costs it ~20 ms), so the time the controller itself
-spends in its passes is printed separately.
+The API server runs as its own process (``gangscale sim apiserver``), as a kube-apiserver does; the controller
+(``Controller`` with default settings, ``batch_idle`` 1 s) and the simulated cloud (``provisionSeconds: 0``)
+run in this process, with the benchmark's own client. ``--apiserver inprocess`` puts the embedded server in
+this process too (one core for everything); ``--kubeconfig`` points at another server, e.g. a real
+kube-apiserver with the ProvisioningRequest CRD installed.
 
-``--batch-idle`` sets the controller's batch window (``--batch-max`` is 10x it); the default 1 s is the
-production default, 0 plans on the first event.
+Two measurements:
+
+- **single**: ``--single`` PRs one after another on an idle controller, each created only when the previous
+  one is Provisioned: the latency of one request (p50, p90, max);
+- **burst**: for each count N, N PRs created at once by 64 concurrent clients; per PR, the time from its
+  create call to the watch event that shows ``Provisioned=True`` (monotonic clock, client side: the server's
+  timestamps have whole-second resolution), and the wall time until the last one.
+
+Each PR is one pod set of ``--nodes-per-pr`` pods that each need a whole 8-GPU node, so N·nodes-per-pr nodes
+are made. Also reported: the controller's passes and the time spent in them (``Controller.pass_seconds``),
+the writes per PR by client and kind (counted at the clients), and this process's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import resource
+import signal
 import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +53,7 @@ from gangscale.controller.settings import Settings  # noqa: E402
 from gangscale.kube.client import make_http  # noqa: E402
 from gangscale.kube.reflector import Reflector, ReflectorEvent  # noqa: E402
 from gangscale.kube.resources import PROVREQS  # noqa: E402
+from gangscale.kube.transport import KubeHTTP  # noqa: E402
 from gangscale.providers.simulated import SimulatedProvider  # noqa: E402
 from gangscale.sim.apiserver import EmbeddedAPIServer  # noqa: E402
 
@@ -50,107 +62,206 @@ nodePools:
   - name: gpu
     machineType: a3-highgpu-8g
     zone: zone-a
-    maxUnits: 5000
+    maxUnits: 100000
     simulated: {provisionSeconds: 0}
 """
 TEMPLATE = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "worker"},
             "template": {"spec": {"containers": [{"name": "w", "image": "x",
                                                   "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}
+PR_PATH = "/apis/autoscaling.x-k8s.io/v1/namespaces/default/provisioningrequests"
+HANG_GUARD = 900.0
 
 
-def provreq(i: int) -> dict[str, Any]:
-    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
-            "metadata": {"name": f"pr-{i:05d}"},
+def provreq(name: str, pods: int) -> dict[str, Any]:
+    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest", "metadata": {"name": name},
             "spec": {"provisioningClassName": "atomic-scale-up.gangscale.io",
-                     "podSets": [{"podTemplateRef": {"name": "worker"}, "count": 1}]}}
+                     "podSets": [{"podTemplateRef": {"name": "worker"}, "count": pods}]}}
 
 
-async def run_one(count: int, batch_idle: float, tmp: Path) -> dict[str, Any]:
-    server = EmbeddedAPIServer(watch_window=max(1000, count * 20))
-    await server.start()
-    kubeconfig = server.write_kubeconfig(tmp / f"kubeconfig-{count}")
-    clients = [await make_http(str(kubeconfig), user_agent=name) for name in ("bench", "gangscale", "cloud")]
-    bench, ctl_http, cloud_http = clients
-    clock = SystemClock()
-    pools = parse_pool_yaml(POOLS).pools
-    provider = SimulatedProvider(cloud_http, pools, clock)
-    settings = Settings(batch_idle=batch_idle, batch_max=batch_idle * 10)
-    controller = Controller(ctl_http, provider, pools, settings=settings, clock=clock)
-    sent: dict[str, float] = {}
-    done: dict[str, float] = {}
-    finished = asyncio.Event()
+def resource_of(path: str) -> str:
+    """``resource`` or ``resource/subresource`` of an API path."""
+    parts = [p for p in path.split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "") if parts else "?"
 
-    def on_event(event: ReflectorEvent) -> None:
+
+def count_writes(http: KubeHTTP, agent: str, counts: Counter[str]) -> None:
+    """Count ``http``'s writes by (client, method, resource) on the client side (works against any server)."""
+    original = http.request
+
+    async def request(method: str, path: str, **kwargs: Any) -> Any:
+        if method != "GET":
+            counts[f"{agent} {method} {resource_of(path)}"] += 1
+        return await original(method, path, **kwargs)
+
+    http.request = request  # type: ignore[method-assign]
+
+
+@contextlib.asynccontextmanager
+async def apiserver(mode: str, kubeconfig: str | None, tmp: Path, window: int) -> AsyncIterator[str]:
+    """A kubeconfig for the server the benchmark runs against."""
+    if kubeconfig:
+        yield kubeconfig
+        return
+    path = tmp / "kubeconfig"
+    if mode == "inprocess":
+        server = EmbeddedAPIServer(watch_window=window)
+        await server.start()
+        server.write_kubeconfig(path)
+        try:
+            yield str(path)
+        finally:
+            await server.stop()
+        return
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gangscale.cli", "sim", "apiserver", "--port", "0", "--kubeconfig", str(path),
+        "--watch-window", str(window), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    assert proc.stdout is not None
+    try:
+        while True:
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)
+            if not line:
+                raise RuntimeError("gangscale sim apiserver exited before serving")
+            if b"stop with Ctrl-C" in line:
+                break
+        drain = asyncio.create_task(proc.stdout.read())
+        yield str(path)
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+            await asyncio.wait_for(proc.wait(), 30)
+        with contextlib.suppress(NameError):
+            await drain
+
+
+@dataclass
+class Bench:
+    """A controller and simulated cloud against one server, and the benchmark's client watching the PRs."""
+
+    kubeconfig: str
+    batch_idle: float
+    writes: Counter[str] = field(default_factory=Counter)
+    sent: dict[str, float] = field(default_factory=dict)
+    done: dict[str, float] = field(default_factory=dict)
+    waiters: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    async def __aenter__(self) -> Bench:
+        self.clients = [await make_http(self.kubeconfig, user_agent=n) for n in ("bench", "gangscale", "cloud")]
+        self.client, ctl_http, cloud_http = self.clients
+        count_writes(ctl_http, "gangscale", self.writes)
+        count_writes(cloud_http, "cloud", self.writes)
+        clock = SystemClock()
+        pools = parse_pool_yaml(POOLS).pools
+        self.provider = SimulatedProvider(cloud_http, pools, clock)
+        settings = Settings(batch_idle=self.batch_idle, batch_max=self.batch_idle * 10)
+        self.controller = Controller(ctl_http, self.provider, pools, settings=settings, clock=clock)
+        self.watch = Reflector(self.client, PROVREQS)
+        self.watch.add_handler(self._on_event)
+        self.tasks = [asyncio.create_task(self.controller.run()), asyncio.create_task(self.watch.run())]
+        await self.client.request("POST", "/api/v1/namespaces/default/podtemplates", body=TEMPLATE)
+        await self.watch.synced.wait()
+        while not self.controller.ready:  # noqa: ASYNC110 - a plain flag; polling it briefly is enough here
+            await asyncio.sleep(0.01)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.provider.aclose()
+        for client in self.clients:
+            await client.api_client.close()
+
+    def _on_event(self, event: ReflectorEvent) -> None:
         name = event.obj["metadata"]["name"]
-        if name in done or name not in sent:
+        if name in self.done or name not in self.sent:
             return
         for cond in (event.obj.get("status") or {}).get("conditions") or []:
             if cond["type"] == "Provisioned" and cond["status"] == "True":
-                done[name] = time.perf_counter()
-                if len(done) == count:
-                    finished.set()
+                self.done[name] = time.perf_counter()
+                if (waiter := self.waiters.get(name)) is not None:
+                    waiter.set()
 
-    watch = Reflector(bench, PROVREQS)
-    watch.add_handler(on_event)
-    tasks = [asyncio.create_task(controller.run()), asyncio.create_task(watch.run())]
-    try:
-        await bench.request("POST", "/api/v1/namespaces/default/podtemplates", body=TEMPLATE)
-        await watch.synced.wait()
-        while not controller.ready:  # noqa: ASYNC110 - a plain flag; polling it briefly is enough here
-            await asyncio.sleep(0.01)
+    async def create(self, name: str, pods: int) -> asyncio.Event:
+        self.waiters[name] = waiter = asyncio.Event()
+        self.sent[name] = time.perf_counter()
+        await self.client.request("POST", PR_PATH, body=provreq(name, pods))
+        return waiter
+
+    def latencies(self, names: list[str]) -> list[float]:
+        return sorted(self.done[name] - self.sent[name] for name in names)
+
+    def stats(self, names: list[str]) -> dict[str, Any]:
+        lat = self.latencies(names)
+        return {"median_s": round(statistics.median(lat), 4), "p90_s": round(lat[int(0.9 * (len(lat) - 1))], 4),
+                "max_s": round(lat[-1], 4), "passes": self.controller.passes,
+                "controller_pass_s": round(self.controller.pass_seconds, 3),
+                "writes_per_pr": {k: round(v / len(names), 2) for k, v in sorted(self.writes.items())},
+                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+async def single(kubeconfig: str, runs: int, pods: int, batch_idle: float) -> dict[str, Any]:
+    async with Bench(kubeconfig, batch_idle) as bench:
+        names = []
+        for i in range(runs):
+            name = f"one-{i:04d}"
+            names.append(name)
+            waiter = await bench.create(name, pods)
+            await asyncio.wait_for(waiter.wait(), HANG_GUARD)
+        return {"mode": "single", "prs": runs, "nodes_per_pr": pods, **bench.stats(names)}
+
+
+async def burst(kubeconfig: str, count: int, pods: int, batch_idle: float) -> dict[str, Any]:
+    async with Bench(kubeconfig, batch_idle) as bench:
         slots = asyncio.Semaphore(64)
+        names = [f"pr-{i:05d}" for i in range(count)]
 
-        async def create(i: int) -> None:
+        async def create(name: str) -> Awaitable[bool]:
             async with slots:
-                name = f"pr-{i:05d}"
-                sent[name] = time.perf_counter()
-                await bench.request("POST", "/apis/autoscaling.x-k8s.io/v1/namespaces/default/provisioningrequests",
-                                    body=provreq(i))
+                return (await bench.create(name, pods)).wait()
 
         started = time.perf_counter()
-        await asyncio.gather(*(create(i) for i in range(count)))
-        await asyncio.wait_for(finished.wait(), timeout=600)
+        waits = await asyncio.gather(*(create(name) for name in names))
+        await asyncio.wait_for(asyncio.gather(*waits), HANG_GUARD)
         wall = time.perf_counter() - started
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await provider.aclose()
-        for client in clients:
-            await client.api_client.close()
-        await server.stop()
-    latencies = sorted(done[name] - sent[name] for name in done)
-    calls = Counter((r.user_agent, r.verb, r.resource + (f"/{r.subresource}" if r.subresource else ""))
-                    for r in server.requests if r.verb not in ("watch", "list", "get"))
-    nodes = sum(1 for call in provider.calls if call.operation == "obtain" for _ in range(call.nodes_created))
-    return {"prs": count, "batch_idle_s": batch_idle, "median_s": round(statistics.median(latencies), 4),
-            "p90_s": round(latencies[int(0.9 * (len(latencies) - 1))], 4), "max_s": round(latencies[-1], 4),
-            "wall_s": round(wall, 3), "nodes_created": nodes, "passes": controller.passes,
-            "controller_pass_s": round(controller.pass_seconds, 3),
-            "writes_per_pr": {f"{agent} {verb} {res}": round(n / count, 2) for (agent, verb, res), n in sorted(calls.items())},
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+        return {"mode": "burst", "prs": count, "nodes_per_pr": pods, "wall_s": round(wall, 3), **bench.stats(names)}
+
+
+def show(row: dict[str, Any]) -> None:
+    head = f"{row['prs']:>5} PRs x {row['nodes_per_pr']} node(s) {row['mode']:>6}"
+    wall = f"  last after {row['wall_s']:.2f} s" if "wall_s" in row else ""
+    print(f"{head}  median {row['median_s'] * 1000:8.1f} ms  p90 {row['p90_s'] * 1000:8.1f} ms  "
+          f"max {row['max_s'] * 1000:8.1f} ms{wall}  passes {row['passes']} ({row['controller_pass_s']:.2f} s)  "
+          f"peak RSS {row['peak_rss_mib']} MiB", flush=True)
+    print("      writes per PR: " + ", ".join(f"{k} {v:g}" for k, v in row["writes_per_pr"].items()), flush=True)
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for count in args.counts:
-            row = await run_one(count, args.batch_idle, Path(tmp))
-            rows.append(row)
-            print(f"{row['prs']:>5} PRs  batch-idle {row['batch_idle_s']:g}s  "
-                  f"median {row['median_s']*1000:8.1f} ms  "
-                  f"p90 {row['p90_s']*1000:8.1f} ms  max {row['max_s']*1000:8.1f} ms  "
-                  f"last after {row['wall_s']:.2f} s  "
-                  f"nodes {row['nodes_created']}  passes {row['passes']} ({row['controller_pass_s']:.2f} s in passes)  "
-                  f"peak RSS {row['peak_rss_mib']} MiB",
-                  flush=True)
-            print("       writes per PR: " + ", ".join(f"{k} {v:g}" for k, v in row["writes_per_pr"].items()), flush=True)
+    rows: list[dict[str, Any]] = []
+    runs: list[Callable[[str], Awaitable[dict[str, Any]]]] = []
+    if args.single:
+        runs.append(lambda kc: single(kc, args.single, args.nodes_per_pr, args.batch_idle))
+    for count in args.counts:
+        runs.append(lambda kc, count=count: burst(kc, count, args.nodes_per_pr, args.batch_idle))
+    for run in runs:
+        with tempfile.TemporaryDirectory() as tmp:
+            window = max(1000, max(args.counts, default=0) * args.nodes_per_pr * 10)
+            async with apiserver(args.apiserver, args.kubeconfig, Path(tmp), window) as kubeconfig:
+                row = await run(kubeconfig)
+        rows.append(row)
+        show(row)
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--counts", default="1,100,1000", type=lambda s: [int(x) for x in s.split(",")])
+    parser.add_argument("--counts", default="200,1000", type=lambda s: [int(x) for x in s.split(",") if x])
+    parser.add_argument("--nodes-per-pr", type=int, default=1)
+    parser.add_argument("--single", type=int, default=20, help="PRs one after another (0: skip)")
+    parser.add_argument("--apiserver", choices=("process", "inprocess"), default="process")
+    parser.add_argument("--kubeconfig", default=None, help="run against this server instead")
     parser.add_argument("--batch-idle", type=float, default=1.0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()

@@ -74,7 +74,7 @@ from gangscale.controller.snapshot import NOTHING, Holding, held, inflight_by_po
 from gangscale.controller.verify import scale_up_problems
 from gangscale.controller.view import ClusterView
 from gangscale.controller.workqueue import WorkQueue
-from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key
+from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, strip_managed_fields
 from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.kube.writes import EventRecorder
@@ -91,6 +91,15 @@ log = logging.getLogger(__name__)
 RESYNC = 60.0
 #: Delay before a status write that failed is tried again (doubling, up to a minute).
 WRITE_RETRY = 1.0
+
+
+def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Node as the controller keeps it: without managedFields and the list of images on it (neither is read;
+    on a real node the image list is often most of the object)."""
+    status = obj.get("status")
+    if isinstance(status, dict):
+        status.pop("images", None)
+    return strip_managed_fields(obj)
 
 
 class Controller:
@@ -110,8 +119,8 @@ class Controller:
         self.recorder = EventRecorder(http)
         self.effects = Effects(self.actuator, self.recorder, self.clock, dry_run=s.dry_run)
         self.view = ClusterView()
-        self.nodes = Reflector(http, NODES)
-        self.pods = Reflector(http, PODS)
+        self.nodes = Reflector(http, NODES, transform=slim_node)
+        self.pods = Reflector(http, PODS, transform=strip_managed_fields)
         self.nodes.add_handler(self._on_node)
         self.pods.add_handler(self._on_pod)
         self.ray = RaySource(http, self)

@@ -26,7 +26,7 @@ from gangscale.controller.record import DETAIL_KEY, POOL_DETAIL_KEY, from_status
 from gangscale.controller.request import Request, RequestState, owned_from
 from gangscale.controller.view import PodInfo
 from gangscale.kube.errors import ApiError
-from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key
+from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, strip_managed_fields
 from gangscale.kube.resources import PODTEMPLATES, PROVREQS, WORKLOADS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.kube.writes import apply_provreq_status, delete_provreq
@@ -81,8 +81,8 @@ class ProvReqSource:
                  raycluster: Callable[[str, str], JSON | None] = lambda namespace, name: None) -> None:
         self.http = http
         self.host = host
-        self.prs = Reflector(http, PROVREQS)
-        self.templates = Reflector(http, PODTEMPLATES)
+        self.prs = Reflector(http, PROVREQS, transform=strip_managed_fields)
+        self.templates = Reflector(http, PODTEMPLATES, transform=strip_managed_fields)
         self.workloads: Reflector | None = None
         self._raycluster = raycluster
         self._parsed: dict[str, ProvReq] = {}
@@ -108,7 +108,7 @@ class ProvReqSource:
                             WORKLOADS.group, WORKLOADS.version, exc)
             return reflectors
         if any(r.get("name") == WORKLOADS.plural for r in found.get("resources") or ()):
-            self.workloads = Reflector(self.http, WORKLOADS)
+            self.workloads = Reflector(self.http, WORKLOADS, transform=strip_managed_fields)
             self.workloads.add_handler(self._on_workload)
             reflectors.append(self.workloads)
         return reflectors

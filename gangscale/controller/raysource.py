@@ -51,7 +51,7 @@ from gangscale.controller.reconcile import NORMAL, WARNING, Consumed
 from gangscale.controller.request import Phase, RequestState, phase
 from gangscale.controller.view import PodInfo
 from gangscale.kube.errors import ApiError
-from gangscale.kube.reflector import Reflector, ReflectorEvent
+from gangscale.kube.reflector import Reflector, ReflectorEvent, strip_managed_fields
 from gangscale.kube.resources import RAYCLUSTERS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.gang import Gang
@@ -121,7 +121,7 @@ class RaySource:
         if not any(r.get("name") == RAYCLUSTERS.plural for r in found.get("resources") or ()):
             log.info("ray.io/v1 has no rayclusters resource; Ray demand is off")
             return []
-        self.reflector = Reflector(self.http, RAYCLUSTERS)
+        self.reflector = Reflector(self.http, RAYCLUSTERS, transform=strip_managed_fields)
         self.reflector.add_handler(self._on_cluster)
         return [self.reflector]
 

@@ -55,8 +55,12 @@ class Reflector:
     def __init__(self, http: KubeHTTP, resource: Resource, *, namespace: str | None = None,
                  label_selector: str | None = None, field_selector: str | None = None,
                  watch_timeout: float = 300.0, page_size: int = 500, backoff: Backoff | None = None,
-                 sleep: Sleep = asyncio.sleep, rng: random.Random | None = None) -> None:
+                 sleep: Sleep = asyncio.sleep, rng: random.Random | None = None,
+                 transform: Callable[[JSON], JSON] | None = None) -> None:
         self.http = http
+        #: Applied to every object before it is cached and handed on (client-go's ``SetTransform``): a
+        #: controller keeps only what it reads.
+        self.transform = transform
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -128,7 +132,8 @@ class Reflector:
         while True:
             page = await self.http.request("GET", self.resource.path(self.namespace), query={
                 **self._selectors(), "limit": self.page_size, "continue": token})
-            items.extend(page.get("items") or [])
+            found = page.get("items") or []
+            items.extend(found if self.transform is None else map(self.transform, found))
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
             if token is None:
@@ -194,6 +199,8 @@ class Reflector:
         if etype == "BOOKMARK":
             self.resource_version = rv or self.resource_version
             return
+        if self.transform is not None:
+            obj = self.transform(obj)
         key = object_key(obj)
         old = self.cache.get(key)
         if etype == "DELETED":
@@ -207,6 +214,15 @@ class Reflector:
             return
         if rv:
             self.resource_version = rv
+
+
+def strip_managed_fields(obj: JSON) -> JSON:
+    """The object without ``metadata.managedFields``, which a controller never reads and which is often the
+    largest part of an object (client-go's ``TransformStripManagedFields``)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        del meta["managedFields"]
+    return obj
 
 
 def _rv(obj: JSON) -> str:

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 
 from gangscale.kube.backoff import Backoff
-from gangscale.kube.reflector import Reflector, ReflectorEvent
+from gangscale.kube.reflector import Reflector, ReflectorEvent, strip_managed_fields
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault
 from tests import builders as b
@@ -61,6 +61,28 @@ async def test_synced_after_initial_list(http: KubeHTTP, sleep: RecordingSleep) 
         assert names(r) == ["n1"]
         ev = events.get_nowait()
         assert (ev.type, ev.obj["metadata"]["name"]) == ("ADDED", "n1")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_a_transform_applies_to_listed_and_watched_objects(http: KubeHTTP, sleep: RecordingSleep) -> None:
+    """Objects are cached and handed on as the transform leaves them, whether they came from the list or the
+    watch (the server records managedFields on every write)."""
+    await http.request("POST", b.NODES.path(), body=b.node("listed"))
+    r = Reflector(http, b.NODES, sleep=sleep, transform=strip_managed_fields)
+    events = r.subscribe()
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(r.synced.wait(), 5)
+        await http.request("POST", b.NODES.path(), body=b.node("watched"))
+        got = [await asyncio.wait_for(events.get(), 5) for _ in range(2)]
+        assert [e.obj["metadata"]["name"] for e in got] == ["listed", "watched"]
+        assert all("managedFields" not in e.obj["metadata"] for e in got)
+        assert all("managedFields" not in o["metadata"] for o in r.items()) and names(r) == ["listed", "watched"]
+        raw = await http.request("GET", b.NODES.path(name="watched"))
+        assert raw["metadata"]["managedFields"]  # the server has them; the cache does not
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
