@@ -50,6 +50,14 @@ class Sleeps:
 _SLEEPS: contextvars.ContextVar[Sleeps | None] = contextvars.ContextVar("gangscale_sleeps", default=None)
 
 
+def detached_context() -> contextvars.Context:
+    """A context for a task that a job starts but that outlives it (a timer): its sleeps are not the job's, or a
+    job still at work would look asleep while its timer waits."""
+    context = contextvars.copy_context()
+    context.run(_SLEEPS.set, None)
+    return context
+
+
 async def counting_sleeps(coro: Coroutine[Any, Any, T], sleeps: Sleeps) -> T:
     """Run ``coro`` with its manual-clock sleeps (and its child tasks') counted in ``sleeps``."""
     _SLEEPS.set(sleeps)

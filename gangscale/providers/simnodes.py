@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from gangscale.aio import cancel_and_wait
-from gangscale.clock import Clock, rfc3339
+from gangscale.clock import Clock, detached_context, rfc3339
 from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.model.pod import HOSTNAME_LABEL
 from gangscale.model.quantity import format_quantity
@@ -166,8 +166,9 @@ class ReadyTimers:
         self.firing = 0
 
     def arm(self, unit_id: str, names: Sequence[str], ready_at: float) -> None:
+        # The obtain that arms the timer returns long before it fires: the timer is not part of its job.
         task = asyncio.create_task(self._become_ready(unit_id, tuple(names), ready_at),
-                                   name=f"simulated-ready-{unit_id}")
+                                   name=f"simulated-ready-{unit_id}", context=detached_context())
         self._timers.setdefault(unit_id, set()).add(task)
         task.add_done_callback(lambda done: self._done(unit_id, done))
 
