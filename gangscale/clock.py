@@ -14,10 +14,11 @@ import heapq
 import itertools
 import time
 from collections.abc import Coroutine
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from gangscale.aio import cancel_and_wait
+from gangscale.timefmt import to_datetime
 
 T = TypeVar("T")
 
@@ -62,24 +63,6 @@ async def counting_sleeps(coro: Coroutine[Any, Any, T], sleeps: Sleeps) -> T:
     """Run ``coro`` with its manual-clock sleeps (and its child tasks') counted in ``sleeps``."""
     _SLEEPS.set(sleeps)
     return await coro
-
-
-def to_datetime(timestamp: float) -> datetime:
-    return datetime.fromtimestamp(timestamp, UTC)
-
-
-def rfc3339(timestamp: float) -> str:
-    """Kubernetes' ``metav1.Time`` wire form (whole seconds, UTC)."""
-    return to_datetime(timestamp).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 async def wait_event(clock: Clock, event: asyncio.Event, deadline: float | None) -> bool:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from gangscale.aio import cancel_and_wait
-from gangscale.clock import Clock, Sleeps, SystemClock, counting_sleeps, rfc3339, wait_event
+from gangscale.clock import Clock, Sleeps, SystemClock, counting_sleeps, wait_event
 from gangscale.controller import conditions as C
 from gangscale.controller.actuator import Actuator
 from gangscale.controller.backoffs import PoolBackoffs
@@ -84,6 +84,7 @@ from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
 from gangscale.planner import explain, plan, summarize
 from gangscale.providers.base import NodePoolProvider
+from gangscale.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
 

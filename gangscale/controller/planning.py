@@ -5,25 +5,33 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
-from gangscale.clock import rfc3339
 from gangscale.controller import conditions as C
 from gangscale.controller.bookings import consumed_on, live_bookings, planned_booking
-from gangscale.controller.demand import DemandSource
 from gangscale.controller.rebook import rebuilt_booking
 from gangscale.controller.reconcile import WARNING
 from gangscale.controller.request import RequestState
 from gangscale.controller.scaledown import broken_units
-from gangscale.controller.view import ClusterView
+from gangscale.controller.view import ClusterView, PodInfo
 from gangscale.model.decision import Outcome
 from gangscale.model.gang import Gang
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.model.snapshot import Booking, Snapshot
 from gangscale.planner import plan
+from gangscale.timefmt import rfc3339
 
 
-def gangs_of(states: Iterable[RequestState], sources: Mapping[str, DemandSource], now: float) -> dict[str, Gang]:
+class GangSource(Protocol):
+    """What planning asks of a request's demand source (``demand.DemandSource`` has these)."""
+
+    def gang(self, st: RequestState, *, may_scale: bool | None = None) -> Gang | str | None: ...
+
+    def consumers(self, st: RequestState) -> Iterable[PodInfo]: ...
+
+
+def gangs_of(states: Iterable[RequestState], sources: Mapping[str, GangSource], now: float) -> dict[str, Gang]:
     """The gangs of the requests to plan. A request whose gang cannot be built fails (``FailedToCreatePods``);
     one whose source is still looking something up waits for it."""
     gangs: dict[str, Gang] = {}
@@ -40,7 +48,7 @@ def gangs_of(states: Iterable[RequestState], sources: Mapping[str, DemandSource]
     return gangs
 
 
-def rebook(lost: Sequence[RequestState], sources: Mapping[str, DemandSource], view: ClusterView,
+def rebook(lost: Sequence[RequestState], sources: Mapping[str, GangSource], view: ClusterView,
            snapshot: Snapshot, now: float, policy: Policy) -> None:
     """Provisioned requests whose booking was lost (a restart) are booked again, before anybody is planned: on
     their own new nodes when a recorded scale-up made them, else on free capacity (:mod:`rebook`)."""

@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gangscale.clock import parse_rfc3339, rfc3339
 from gangscale.controller import conditions as C
 from gangscale.controller.backoffs import PoolBackoffs
 from gangscale.controller.bookings import planned_booking
@@ -25,6 +24,7 @@ from gangscale.model.decision import Decision, Outcome
 from gangscale.model.nodepool import NodePool
 from gangscale.planner import summarize
 from gangscale.providers.base import ErrorClass, Obtained, ProviderError
+from gangscale.timefmt import parse_rfc3339, rfc3339
 
 NORMAL, WARNING = "Normal", "Warning"
 

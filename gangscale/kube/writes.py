@@ -13,10 +13,10 @@ import logging
 import secrets
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import EVENTS, PROVREQS
 from gangscale.kube.transport import KubeHTTP
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 FIELD_MANAGER = "gangscale"

@@ -13,13 +13,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from gangscale.aio import cancel_and_wait
-from gangscale.clock import Clock, detached_context, rfc3339
+from gangscale.clock import Clock, detached_context
 from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.model.pod import HOSTNAME_LABEL
 from gangscale.model.quantity import format_quantity
 from gangscale.model.resources import DEFAULT_MAX_PODS, PODS
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
 from gangscale.providers.simfaults import http_status
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)

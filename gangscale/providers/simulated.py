@@ -51,7 +51,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gangscale.clock import Clock, parse_rfc3339
+from gangscale.clock import Clock
 from gangscale.configschema import DEFAULT_PROVISION_SECONDS
 from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtained, ProviderError, Unit
@@ -82,6 +82,7 @@ from gangscale.providers.simnodes import (
     slot_of,
     unit_node_names,
 )
+from gangscale.timefmt import parse_rfc3339
 
 __all__ = ["KubeRequests", "PoolFaults", "ProviderCall", "SimulatedProvider"]
 

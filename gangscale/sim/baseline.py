@@ -37,7 +37,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gangscale.clock import parse_rfc3339
 from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import POOL_LABEL, NodePool
@@ -53,6 +52,7 @@ from gangscale.sim.baselineplan import (
 from gangscale.sim.filters import NodeInfo, PodInfo, node_info, pod_info
 from gangscale.sim.scheduler import condition, is_assigned, is_pending, queue_key
 from gangscale.sim.world import Timeline
+from gangscale.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)

@@ -47,8 +47,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gangscale.clock import parse_rfc3339
 from gangscale.model.quantity import QuantityError, canonical, is_extended
+from gangscale.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
 

@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.controller.record import from_status
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import NAMESPACES, NODES, PODS, PROVREQS
@@ -51,6 +50,7 @@ from gangscale.sim.filters import (
     unschedulable_message,
 )
 from gangscale.sim.world import Timeline
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gangscale.clock import parse_rfc3339
 from gangscale.model.gang import Gang, PodSet
 from gangscale.model.pod import pod_demand
 from gangscale.model.scheduling import SpecError
+from gangscale.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from gangscale.clock import rfc3339
 from gangscale.controller.record import OBTAINED, OBTAINING, Record, from_status
 from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
 from gangscale.providers.simfaults import CREATED, FAILED, RELEASE, RELEASED, REUSED, ProviderCall
+from gangscale.timefmt import rfc3339
 from tests.builders import EVENTS, NODES, PODS, PROVREQS
 from tests.conftest import wait_for
 from tests.controller.harness import FAST, NS, Cluster, running_cluster

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from gangscale.clock import parse_rfc3339, rfc3339
 from gangscale.controller.loop import Controller
 from gangscale.kube.reflector import Reflector
 from gangscale.model.decision import Decision
 from gangscale.model.resources import ResourceList
+from gangscale.timefmt import parse_rfc3339, rfc3339
 from tests.builders import PODS, PROVREQS
 from tests.conftest import wait_for
 from tests.controller.harness import NS, Cluster, running_cluster

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from gangscale.clock import ManualClock, rfc3339
+from gangscale.clock import ManualClock
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.model.pod import HOSTNAME_LABEL
@@ -29,6 +29,7 @@ from gangscale.providers.base import (
 from gangscale.providers.simfaults import CREATED, FAILED, OBTAIN, RELEASE, RELEASED, REUSED, PoolFaults
 from gangscale.providers.simulated import KubeRequests, SimulatedProvider, unit_id_for
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault
+from gangscale.timefmt import rfc3339
 from tests import builders as b
 from tests.conftest import wait_for
 from tests.planner.builders import CPU_NODE, TPU_NODE, TPU_V5E

@@ -33,7 +33,6 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.sim.jobs.kinds import (
     JOB,
     JOBSET,
@@ -47,6 +46,7 @@ from gangscale.sim.jobs.kinds import (
     status,
     true_condition,
 )
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 

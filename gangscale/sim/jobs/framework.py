@@ -38,7 +38,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.kube.resources import WORKLOADS
 from gangscale.sim.jobs.kinds import (
     JOB,
@@ -60,6 +59,7 @@ from gangscale.sim.jobs.kinds import (
     true_condition,
     uid,
 )
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 

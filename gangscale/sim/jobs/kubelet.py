@@ -21,12 +21,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.model.pod import pod_requests
 from gangscale.model.scheduling import SpecError
 from gangscale.sim.jobs.controllers import is_deleting, is_terminal, phase
 from gangscale.sim.jobs.kinds import meta, spec, status, uid
 from gangscale.sim.world import ACCELERATOR_RESOURCES
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 

@@ -53,7 +53,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.sim.jobs.controllers import is_deleting, is_terminal, phase, pod_ready, random_name
 from gangscale.sim.jobs.kinds import (
     RAYCLUSTER,
@@ -65,6 +64,7 @@ from gangscale.sim.jobs.kinds import (
     spec,
     status,
 )
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 

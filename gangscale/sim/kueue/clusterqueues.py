@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.model.quantity import format_quantity
 from gangscale.sim.kueue.objects import (
     ACTIVE,
@@ -32,6 +31,7 @@ from gangscale.sim.kueue.objects import (
 )
 from gangscale.sim.kueue.quota import admission_usage_by_flavor
 from gangscale.sim.kueue.workload import Workload
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 

@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.model.quantity import humanize
 from gangscale.sim import world
 from gangscale.sim.kueue.objects import (
@@ -74,6 +73,7 @@ from gangscale.sim.kueue.objects import (
 )
 from gangscale.sim.kueue.quota import Assignment
 from gangscale.sim.kueue.workload import CheckState, Workload
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 NORMAL, WARNING = "Normal", "Warning"

@@ -57,7 +57,6 @@ import copy
 import logging
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import ADMISSIONCHECKS
 from gangscale.kube.transport import KubeHTTP
@@ -67,6 +66,7 @@ from gangscale.sim.kueue.prnames import CONTROLLER_NAME
 from gangscale.sim.kueue.provisioningcontext import Env, Snapshot, load_snapshot
 from gangscale.sim.kueue.provisioningworkload import WorkloadReconcile
 from gangscale.sim.world import Timeline
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 EVENT_COMPONENT = "kueue-provisioning-request-controller"

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import PODTEMPLATES, PROVREQS, WORKLOADS
 from gangscale.sim.kueue.checkstate import (
@@ -42,6 +41,7 @@ from gangscale.sim.kueue.prtemplates import (
     request_body,
 )
 from gangscale.sim.world import CHECK, PR_CREATED, workload_subject
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 APPLY = "application/apply-patch+yaml"

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangscale.clock import parse_rfc3339
 from gangscale.model.pod import pod_demand
 from gangscale.model.quantity import QuantityError, canonical
 from gangscale.model.resources import PODS, ResourceList
@@ -31,6 +30,7 @@ from gangscale.sim.kueue.objects import (
     meta_of,
 )
 from gangscale.sim.world import workload_subject
+from gangscale.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
 

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gangscale.clock import rfc3339, to_datetime
 from gangscale.kube.client import make_http
 from gangscale.kube.resources import (
     ADMISSIONCHECKS,
@@ -28,6 +27,7 @@ from gangscale.kube.transport import KubeHTTP, Resource
 from gangscale.sim.apiserver import EmbeddedAPIServer
 from gangscale.sim.kueue import KueueCore
 from gangscale.sim.world import Timeline
+from gangscale.timefmt import rfc3339, to_datetime
 
 JSON = dict[str, Any]
 KUEUE = "kueue.x-k8s.io/v1beta2"

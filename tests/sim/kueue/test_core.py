@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gangscale.clock import rfc3339
 from gangscale.kube.resources import CLUSTERQUEUES, EVENTS, WORKLOADS
 from gangscale.sim import world
+from gangscale.timefmt import rfc3339
 from tests.sim.kueue import (
     APPLY,
     CHECK_MANAGER,

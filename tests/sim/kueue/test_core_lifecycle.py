@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from gangscale.clock import rfc3339
 from gangscale.sim import world
 from gangscale.sim.kueue import lifecycle
 from gangscale.sim.kueue.lifecycle import KEEP, StatusEdit
@@ -17,6 +16,7 @@ from gangscale.sim.kueue.objects import (
 )
 from gangscale.sim.kueue.quota import assign_flavors
 from gangscale.sim.kueue.workload import Workload, parse_workload
+from gangscale.timefmt import rfc3339
 from tests.sim.kueue import T0, TPU, cluster_queue, flavor, reserved_status, workload
 
 NOW = T0 + 100

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gangscale.clock import rfc3339
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import (
     ADMISSIONCHECKS,
@@ -22,6 +21,7 @@ from gangscale.kube.resources import (
 from gangscale.kube.transport import KubeHTTP, Resource
 from gangscale.sim.kueue.provisioning import ProvisioningCheck
 from gangscale.sim.world import Timeline
+from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 NS = "default"

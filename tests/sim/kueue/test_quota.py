@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from gangscale.clock import rfc3339
 from gangscale.sim.kueue.objects import (
     NAMESPACE_MISMATCH,
     ClusterQueue,
@@ -24,6 +23,7 @@ from gangscale.sim.kueue.quota import (
     queue_order,
 )
 from gangscale.sim.kueue.workload import Workload, parse_workload
+from gangscale.timefmt import rfc3339
 from tests.sim.kueue import T0, TPU, PodSetSpec, cluster_queue, flavor, reserved_status, workload
 
 
