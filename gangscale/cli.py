@@ -133,8 +133,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     flag("--metrics-port", type=int, default=int(_env("metrics-port", "8080") or 8080),
          help="port of /healthz, /readyz, /metrics and /debug/plans (0 picks a free one)")
     flag("--batch-idle", default=_env("batch-idle", "1s"),
-         help="a planning pass starts once no event arrived for this long ...")
-    flag("--batch-max", default=_env("batch-max", "10s"), help="... or this long after the first event")
+         help="an idle controller plans a new request at once; while earlier scale-ups are calling the provider, "
+              "requests wait for them, but at most this long after the last arrival ...")
+    flag("--batch-max", default=_env("batch-max", "10s"), help="... or this long after the first")
     flag("--booking-ttl", default=_env("booking-ttl", "10m"),
          help="how long capacity stays booked after Provisioned=True (per PR: parameter bookingSeconds)")
     flag("--scale-down-unneeded-time", default=_env("scale-down-unneeded-time", "10m"),

@@ -18,9 +18,10 @@ that are dirty or due (:mod:`reconcile`), plans every pending gang that is due i
 units to scale down when nodes, pods or bookings moved, starts the side effects (:mod:`effects`) and writes the
 status of every request that changed. Nothing outside the loop changes a request.
 
-Batching without waiting: when the controller is idle, new demand is planned at once. While provider calls are
-under way, new demand gathers for the next pass (group commit), bounded by ``--batch-idle``/``--batch-max``;
-progress of decided work (a node turned Ready, a provider call returned) is handled at once.
+Batching without waiting (:mod:`batching`): when the controller is idle, new demand is planned in the pass its
+event wakes. While scale-ups of earlier batches are calling the provider, requests ready to plan are held for the
+next batch (group commit), at most ``--batch-idle`` after the last arrival or ``--batch-max`` after the first;
+every other change (a node turned Ready, a provider call returned) is handled at once.
 
 What a restart reproduces, and what it resets (the audit; the README's "What survives a restart" has the
 table): rebuilt from the cluster and the cloud: owned conditions and scale-up records (the PR, or the

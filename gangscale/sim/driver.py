@@ -13,9 +13,9 @@ nothing. Only then does it move the clock to the next thing due: a scheduled sce
 always happens at the simulated instant it was due, however long it takes in real time; ``speed`` optionally
 paces simulated time against the wall clock for watching a run live.
 
-Quietness is observed from outside (the controller is not instrumented for the simulation). The poll is a
-hang guard measured in milliseconds of real time: a controller that stayed silent for several polls while a
-watch event was on its way would be caught on the next round, one simulated instant later at worst.
+Quietness is each part's own signal (:mod:`gangscale.sim.quiet`): the API server serves nothing and has sent
+every watch event, the controller is ``quiet`` (no change, result, due time or running task; a task waiting
+only for the clock to move counts as quiet), the simulated cloud marks no node Ready. No real time is waited.
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver import EmbeddedAPIServer
+from gangscale.sim.quiet import until_quiet
 from gangscale.sim.world import Component, Timeline
 
 log = logging.getLogger(__name__)
 
 Action = Callable[[float], Awaitable[None]]
 
-#: Polls of the API server (each a short real-time sleep) that must see nothing new before it counts as quiet.
-QUIET_POLLS = 3
+#: Real seconds between checks while the controller starts (not part of settling).
 POLL_SECONDS = 0.002
 #: Rounds at one instant before the driver gives up waiting for a fixed point (a guard against a component
 #: that writes on every call; it is logged, and time moves on).
@@ -184,14 +184,14 @@ class SimCluster:
         return self.server.store.resource_version
 
     async def _quiet(self) -> None:
-        calm, last = 0, (-1, -1)
-        for _ in range(5_000):  # a hang guard (≈10 s of real time), not a timer
-            await asyncio.sleep(POLL_SECONDS)
-            now = (self.server.store.resource_version, len(self.server.requests))
-            calm = calm + 1 if now == last and self.server.busy == 0 else 0
-            last = now
-            if calm >= QUIET_POLLS:
-                return
+        parts: list[tuple[str, Callable[[], bool]]] = []
+        if self.controller is not None:
+            controller = self.controller
+            parts.append(("controller", lambda: controller.quiet))
+        if self.provider is not None:
+            provider = self.provider
+            parts.append(("simulated cloud", lambda: not provider.busy))
+        await until_quiet(self.server, parts)
 
     def _raise_if_stopped(self) -> None:
         for task in self._tasks:
