@@ -33,10 +33,13 @@ class Batching:
     def forget(self, key: str) -> None:
         self.in_flight.discard(key)
         self.held.discard(key)
+        if not self.held:
+            self._first = self._last = None  # the window belonged to the requests that were held
 
     def holding(self, now: float) -> bool:
-        """Whether a request ready to plan at ``now`` waits for the next batch."""
-        if not self.in_flight:
+        """Whether a request ready to plan at ``now`` waits for the next batch: scale-ups are calling the provider,
+        the window is not zero, and the window of what is held already (if anything) is still open."""
+        if not self.in_flight or self.batch_idle <= 0 or self.batch_max <= 0:
             return False
         deadline = self.deadline()
         return deadline is None or now < deadline
@@ -55,7 +58,8 @@ class Batching:
         return min(self._last + self.batch_idle, self._first + self.batch_max)
 
     def release(self, now: float) -> set[str]:
-        """The held requests, if their batch may be planned at ``now`` (they are no longer held)."""
+        """The held requests, if their batch may be planned at ``now`` (they are no longer held). A request that
+        becomes ready in the pass that plans them joins them: the loop holds nothing in that pass."""
         if not self.held or self.holding(now):
             return set()
         held, self.held = self.held, set()

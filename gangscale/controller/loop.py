@@ -40,7 +40,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
@@ -52,6 +52,7 @@ from gangscale.controller.backoffs import PoolBackoffs
 from gangscale.controller.batching import Batching
 from gangscale.controller.demand import DemandSource
 from gangscale.controller.effects import Effects, Released, ScaledUp, Written
+from gangscale.controller.indices import RequestIndex
 from gangscale.controller.planning import Units, gangs_of, rebook, units_of
 from gangscale.controller.prsource import ProvReqSource
 from gangscale.controller.raysource import RaySource
@@ -71,7 +72,7 @@ from gangscale.controller.record import OBTAINED
 from gangscale.controller.request import Phase, Request, RequestState, phase
 from gangscale.controller.scaledown import IdleUnits, unneeded
 from gangscale.controller.settings import Settings
-from gangscale.controller.snapshot import NOTHING, Holding, held, inflight_by_pool, pool_states, snapshot, unit_count
+from gangscale.controller.snapshot import Holding, held, inflight_by_pool, pool_states, snapshot, unit_count
 from gangscale.controller.verify import scale_up_problems
 from gangscale.controller.view import ClusterView
 from gangscale.controller.workqueue import WorkQueue
@@ -148,13 +149,7 @@ class Controller:
         self._init_indices()
 
     def _init_indices(self) -> None:
-        self._holdings: dict[str, Holding] = {}
-        #: token -> request key, for every recorded scale-up; and the tokens of scale-ups not Provisioned yet.
-        self._token_owner: dict[str, str] = {}
-        self._provisioning: dict[str, tuple[str, ...]] = {}
-        #: node -> keys of requests booked on it.
-        self._booked_on: dict[str, set[str]] = defaultdict(set)
-        self._indexed: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self.index = RequestIndex(self._touch_nodes, self._touch_tokens)
         self._changed_nodes: set[str] = set()
         self._changed_pods: set[tuple[str, str]] = set()
         self._results: list[tuple[Callable[[Any], None], Any]] = []
@@ -162,14 +157,8 @@ class Controller:
         self._background: set[asyncio.Task[Any]] = set()
         self._freed = False
         self.batching = Batching(self.settings.batch_idle, self.settings.batch_max)
-        #: Pending requests waiting out a retry backoff (capacity handed back lets them try again at once).
-        self._retrying: set[str] = set()
-        self._counted: dict[str, tuple[str, str]] = {}
-        self._counts: Counter[tuple[str, str]] = Counter()
         self._write_failures: dict[str, int] = {}
         self._retry_write_at: dict[str, float] = {}
-        #: node -> how many bookings of requests it holds (scale-down never removes a booked node).
-        self._booked_nodes: Counter[str] = Counter()
         #: Units the actuator released, as the last pass saw them (their scale-down state changes).
         self._released_seen: set[str] = set()
         self._resync_at = 0.0
@@ -190,7 +179,7 @@ class Controller:
             self.forget(st.key, "replaced by a new object of the same name")
         self.states[st.key] = st
         self._by_source.setdefault(st.request.source, {})[st.key] = st
-        self._index(st)
+        self.index.index(st)
         self.queue.mark(st.key)
 
     def update(self, key: str, request: Request) -> None:
@@ -210,13 +199,10 @@ class Controller:
         self.sources[st.request.source].forgotten(key)
         self.queue.forget(key)
         self.batching.forget(key)
-        self._retrying.discard(key)
-        self._unindex(st)
-        self._set_holding(key, None)
+        self.index.forget(key)
         self._write_failures.pop(key, None)
         self._retry_write_at.pop(key, None)
         self.plans.pop(key, None)
-        self._uncount(key)
         if phase(st) is Phase.PROVISIONING and not st.busy and st.record is not None:
             self._start_release(Release(st, st.record.steps, tuple(self._nodes_of(st)), why))
         if phase(st) is Phase.BOOKED:
@@ -402,11 +388,12 @@ class Controller:
         if now >= self._resync_at:
             self.queue.mark_all(self.states)
             self._resync_at = now + RESYNC
-        keys = self.queue.take(now) | self.batching.release(now)
+        released = self.batching.release(now)
+        keys = self.queue.take(now) | released
         ctx = Context(now, self.settings, self.pools, self.backoffs, self)
         acts = Actions()
         to_plan = []
-        holding = self.batching.holding(now)
+        holding = not released and self.batching.holding(now)
         for key in sorted(keys):
             st = self.states.get(key)
             if st is None:
@@ -437,8 +424,8 @@ class Controller:
         nodes, self._changed_nodes = self._changed_nodes, set()
         for name in nodes:
             touched = self.view.apply_node(name, self.nodes.get("", name))
-            self.queue.mark_all(self._token_owner[t] for t in touched.tokens if t in self._token_owner)
-            self.queue.mark_all(self._booked_on.get(name, ()))
+            self.queue.mark_all(self.index.token_owner[t] for t in touched.tokens if t in self.index.token_owner)
+            self.queue.mark_all(self.index.booked_on.get(name, ()))
             self.idle.mark(touched.units)
         pods, self._changed_pods = self._changed_pods, set()
         for key in pods:
@@ -450,7 +437,7 @@ class Controller:
         """Capacity was handed back: requests waiting out a retry backoff are planned now (or with the next
         batch)."""
         again = []
-        for key in sorted(self._retrying):
+        for key in sorted(self.index.retrying):
             st = self.states[key]
             if phase(st) is not Phase.PENDING or st.retry_at is None or st.busy:
                 continue
@@ -486,20 +473,16 @@ class Controller:
             self._refresh({st.key for st in lost})
 
     def _units(self) -> Units:
-        return units_of(self.view, self.pools, self._in_flight_tokens(), self.actuator.released)
-
-    def _in_flight_tokens(self) -> set[str]:
-        """Tokens of scale-ups not finished: recorded and not Provisioned yet, or with provider calls running."""
-        return self.obtaining.union(*self._provisioning.values())
+        return units_of(self.view, self.pools, self.index.in_flight_tokens(self.obtaining), self.actuator.released)
 
     def _snapshot(self, now: float, units: Units) -> Any:
-        inflight = inflight_by_pool(self._holdings.values())
+        inflight = inflight_by_pool(self.index.holdings.values())
         going = self.releasing | self.actuator.released
         counts = {name: unit_count(self.view, pool, units.by_pool.get(name, {}), going, self.leaving)
                   for name, pool in self.pools.items()}
         unusable = self.leaving | {node for nodes in units.broken.values() for node in nodes}
         return snapshot(pool_states(self.pools, counts, inflight, self.backoffs, now), self.view,
-                        self._holdings.values(), unusable)
+                        self.index.holdings.values(), unusable)
 
     def _scale_down(self, now: float) -> None:
         """Look again at the units a change touched; remove those unneeded for long enough (``scaledown``)."""
@@ -547,10 +530,10 @@ class Controller:
     def _protected(self, node: str) -> bool:
         """Booked, being rolled back, or a node of a scale-up in progress (by token: a scale-up resumed after a
         restart knows its nodes only once its obtain has returned)."""
-        if node in self._booked_nodes or node in self.leaving:
+        if node in self.index.booked_nodes or node in self.leaving:
             return True
         token = self.view.nodes[node].token
-        return token is not None and (token in self.obtaining or self._token_owner.get(token) in self._provisioning)
+        return token is not None and self.index.in_flight(token, self.obtaining)
 
     def _unit_gone(self, unit: str, result: object) -> None:
         if isinstance(result, BaseException):
@@ -631,7 +614,7 @@ class Controller:
                 # Deleted while its units were obtained: hand back whatever was obtained.
                 self._start_release(Release(st, record.steps, tuple(self._nodes_of(st)),
                                             f"its {st.request.kind} was deleted while the units were obtained"))
-        self._index(st)
+        self.index.index(st)
         self.queue.mark(st.key)
 
     def _asked(self, record: Any, pool: str) -> int:
@@ -640,7 +623,7 @@ class Controller:
     def _held_units(self, pool: str, but: str) -> int:
         units = self.view.units(self.pools).get(pool, {})
         count = unit_count(self.view, self.pools[pool], units, self.releasing, self.leaving)
-        coming = sum(n for key, holding in self._holdings.items() if key != but for p, n in holding.inflight
+        coming = sum(n for key, holding in self.index.holdings.items() if key != but for p, n in holding.inflight
                      if p == pool)
         return count + coming
 
@@ -659,7 +642,7 @@ class Controller:
         # Only the record of the scale-up released here: the request may have been re-planned meanwhile.
         if st.record is not None and set(st.record.tokens) <= {step.token for step in release.steps}:
             st.record, st.obtained = None, {}
-            self._index(st)
+            self.index.index(st)
         self.queue.mark(st.key)
 
     # -- writes -----------------------------------------------------------------------------------------------------
@@ -669,8 +652,7 @@ class Controller:
             st = self.states.get(key)
             if st is None:
                 continue
-            self._index(st)
-            self._count(st)
+            self.index.index(st)
             at = deadline(st, self.settings, now)
             retry = self._retry_write_at.get(key)
             if retry is not None:
@@ -739,23 +721,7 @@ class Controller:
             st = self.states.get(key)
             if st is None:
                 continue
-            self._set_holding(key, held(st, self.view, self.sources[st.request.source].consumers(st)))
-
-    def _set_holding(self, key: str, holding: Holding | None) -> None:
-        """What ``key`` holds now; the nodes whose bookings changed are looked at again by scale-down."""
-        old = self._holdings.pop(key, None)
-        if holding is not None and holding is not NOTHING:
-            self._holdings[key] = holding
-        before = {b.node for b in old.bookings} if old is not None else set()
-        after = {b.node for b in holding.bookings} if holding is not None else set()
-        if before == after:
-            return
-        self._booked_nodes.subtract(before)
-        self._booked_nodes.update(after)
-        for node in before - after:
-            if self._booked_nodes[node] <= 0:
-                del self._booked_nodes[node]
-        self._touch_nodes(before ^ after)
+            self.index.hold(key, held(st, self.view, self.sources[st.request.source].consumers(st)))
 
     def _touch_nodes(self, nodes: Iterable[str]) -> None:
         """Scale-down looks at the units of these nodes again (their protection changed)."""
@@ -764,61 +730,6 @@ class Controller:
     def _touch_tokens(self, tokens: Iterable[str]) -> None:
         for token in tokens:
             self._touch_nodes(self.view.by_token.get(token, ()))
-
-    def _index(self, st: RequestState) -> None:
-        tokens = st.record.tokens if st.record is not None else ()
-        booked = tuple(st.booking or ())
-        if self._indexed.get(st.key) == (tokens, booked):
-            self._index_phase(st, tokens)
-            return
-        self._unindex(st)
-        self._indexed[st.key] = (tokens, booked)
-        for token in tokens:
-            self._token_owner[token] = st.key
-        for node in booked:
-            self._booked_on[node].add(st.key)
-        self._index_phase(st, tokens)
-
-    def _index_phase(self, st: RequestState, tokens: tuple[str, ...]) -> None:
-        now_phase = phase(st)
-        if now_phase is Phase.PENDING and st.retry_at is not None:
-            self._retrying.add(st.key)
-        else:
-            self._retrying.discard(st.key)
-        if tokens and now_phase is Phase.PROVISIONING:
-            if self._provisioning.get(st.key) != tokens:
-                self._provisioning[st.key] = tokens
-                self._touch_tokens(tokens)
-        elif (gone := self._provisioning.pop(st.key, None)) is not None:
-            self._touch_tokens(gone)
-
-    def _unindex(self, st: RequestState) -> None:
-        tokens, booked = self._indexed.pop(st.key, ((), ()))
-        if (gone := self._provisioning.pop(st.key, None)) is not None:
-            self._touch_tokens(gone)
-        for token in tokens:
-            if self._token_owner.get(token) == st.key:
-                del self._token_owner[token]
-        for node in booked:
-            keys = self._booked_on.get(node)
-            if keys is not None:
-                keys.discard(st.key)
-                if not keys:
-                    del self._booked_on[node]
-
-    def _count(self, st: RequestState) -> None:
-        label = (st.request.class_name, phase(st).value.lower())
-        if self._counted.get(st.key) != label:
-            self._uncount(st.key)
-            self._counted[st.key] = label
-            self._counts[label] += 1
-
-    def _uncount(self, key: str) -> None:
-        label = self._counted.pop(key, None)
-        if label is not None:
-            self._counts[label] -= 1
-            if self._counts[label] <= 0:
-                del self._counts[label]
 
     def _nodes_of(self, st: RequestState) -> list[str]:
         return [name for got in st.obtained.values() for name in got.node_names]
@@ -903,8 +814,9 @@ class Controller:
     def _export_gauges(self) -> None:
         """The gauges, computed when they are read (``Metrics.on_render``)."""
         now = self.clock.now()
-        self.metrics.set_requests(dict(self._counts))
-        self.metrics.set_bookings(sum(n for (_, state), n in self._counts.items() if state == Phase.BOOKED.lower()))
+        self.metrics.set_requests(dict(self.index.counts))
+        booked_requests = sum(n for (_, state), n in self.index.counts.items() if state == Phase.BOOKED.lower())
+        self.metrics.set_bookings(booked_requests)
         self.metrics.set_backed_off(self.backoffs.active(now))
         booked = {node for st in self.states.values() if phase(st) is Phase.BOOKED for node in (st.booking or {})}
         by_state: dict[tuple[str, str], int] = defaultdict(int)

@@ -353,12 +353,13 @@ async def test_s07_no_timebox_idle_decides_at_once_busy_gathers_one_pass(
             await cl.advance(0.5)
         assert passes == [[("pr-0", "Fits")], [("scale", "ScaleUp")]]
         assert [await cl.conditions(name) for name in names] == [{}] * len(names)
-        await cl.advance_stepwise(2)  # the window closes 1 s after the last arrival
+        await cl.advance_stepwise(1)  # the window closes 1 s after the last arrival; the call has 0.5 s to go
         for name in names[:5]:
             await cl.wait_condition(name, "Provisioned", "True", "CapacityIsFound")
         for name in names[5:]:
             await cl.wait_condition(name, "Provisioned", "False", "CapacityIsNotFound")
         assert len(passes) == 3 and [name for name, _ in passes[2]] == names
+        assert cl.obtains() == []  # decided while the scale-up was still calling the provider
 
 
 async def test_s08_atomic_already_fits_needs_no_scale_up(tmp_path: Path) -> None:

@@ -1,0 +1,108 @@
+"""When pending requests are planned (``gangscale.controller.batching``, group commit), on plain objects: held
+while scale-ups are calling the provider, released once the calls return or the batch window closes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gangscale.controller.batching import Batching
+
+T0 = 1_000.0
+IDLE, MAX = 1.0, 10.0
+
+
+def test_nothing_in_flight_never_holds() -> None:
+    b = Batching(IDLE, MAX)
+    assert b.holding(T0) is False
+    assert b.deadline() is None and b.release(T0) == set()
+
+
+def test_in_flight_holds_until_the_idle_window_closes() -> None:
+    b = Batching(IDLE, MAX)
+    b.started("busy")
+    assert b.holding(T0) is True  # the first request to arrive waits for the batch
+    b.hold("a", T0)
+    assert b.deadline() == T0 + IDLE
+    assert (b.holding(T0 + 0.5), b.release(T0 + 0.5)) == (True, set())
+    assert b.holding(T0 + IDLE) is False
+    assert b.release(T0 + IDLE) == {"a"}
+    assert (b.held, b.deadline()) == (set(), None)
+    assert b.release(T0 + IDLE) == set()
+
+
+def test_each_arrival_extends_the_window_up_to_batch_max() -> None:
+    """The deadline is min(last + batch_idle, first + batch_max)."""
+    b = Batching(IDLE, MAX)
+    b.started("busy")
+    for i in range(12):
+        b.hold(f"r{i}", T0 + i * 0.9)
+        assert b.deadline() == min(T0 + i * 0.9 + IDLE, T0 + MAX)
+    assert b.holding(T0 + MAX - 0.01) is True
+    assert b.holding(T0 + MAX) is False
+    assert b.release(T0 + MAX) == {f"r{i}" for i in range(12)}
+
+
+def test_holding_a_key_twice_does_not_move_the_window() -> None:
+    b = Batching(IDLE, MAX)
+    b.started("busy")
+    b.hold("a", T0)
+    b.hold("a", T0 + 0.5)
+    assert b.deadline() == T0 + IDLE
+
+
+def test_the_batch_is_released_when_the_provider_calls_return() -> None:
+    b = Batching(IDLE, MAX)
+    b.started("x")
+    b.started("y")
+    b.hold("a", T0)
+    b.finished("x")
+    assert b.release(T0 + 0.1) == set()  # y still calls the provider
+    b.finished("y")
+    assert b.holding(T0 + 0.1) is False
+    assert b.release(T0 + 0.1) == {"a"}
+
+
+def test_forget_drops_a_key_from_both_sets() -> None:
+    b = Batching(IDLE, MAX)
+    b.started("x")
+    b.hold("a", T0)
+    b.hold("b", T0)
+    b.forget("a")
+    b.forget("x")
+    assert (b.in_flight, b.held) == (set(), {"b"})
+    assert b.release(T0) == {"b"}
+
+
+def test_a_new_batch_starts_its_own_window() -> None:
+    b = Batching(IDLE, MAX)
+    b.started("x")
+    b.hold("a", T0)
+    assert b.release(T0 + IDLE) == {"a"}
+    b.hold("b", T0 + 100)
+    assert b.deadline() == T0 + 100 + IDLE
+    assert b.holding(T0 + 100.5) is True
+
+
+def test_zero_windows_release_a_held_key_at_once() -> None:
+    b = Batching(0.0, 0.0)
+    b.started("x")
+    b.hold("a", T0)
+    assert b.deadline() == T0
+    assert b.holding(T0) is False
+    assert b.release(T0) == {"a"}
+
+
+@pytest.mark.parametrize("batch_max", [0.0, MAX], ids=["both-zero", "idle-zero"])
+def test_zero_idle_window_never_holds(batch_max: float) -> None:
+    b = Batching(0.0, batch_max)
+    b.started("x")
+    assert b.holding(T0) is False
+
+
+def test_forgetting_the_only_held_key_leaves_no_stale_window() -> None:
+    b = Batching(IDLE, MAX)
+    b.started("x")
+    b.hold("a", T0)
+    b.forget("a")  # its object was deleted while it was held
+    assert b.deadline() is None
+    assert b.holding(T0 + 100) is True  # x still calls the provider: a new arrival waits for the batch
