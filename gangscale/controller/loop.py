@@ -40,13 +40,11 @@ import asyncio
 import functools
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
 from gangscale.aio import cancel_and_wait
 from gangscale.clock import Clock, Sleeps, SystemClock, counting_sleeps, wait_event
-from gangscale.controller import conditions as C
 from gangscale.controller.actuator import Actuator
 from gangscale.controller.backoffs import PoolBackoffs
 from gangscale.controller.batching import Batching
@@ -68,12 +66,12 @@ from gangscale.controller.reconcile import (
     reconcile,
     scale_up_failed,
 )
-from gangscale.controller.record import OBTAINED
+from gangscale.controller.recovery import recover_intents, release_orphans
+from gangscale.controller.report import debug_document, pool_unit_states
 from gangscale.controller.request import Phase, Request, RequestState, phase
 from gangscale.controller.scaledown import IdleUnits, unneeded
 from gangscale.controller.settings import Settings
-from gangscale.controller.snapshot import Holding, held, inflight_by_pool, pool_states, snapshot, unit_count
-from gangscale.controller.verify import scale_up_problems
+from gangscale.controller.snapshot import held, inflight_by_pool, pool_states, snapshot, unit_count
 from gangscale.controller.view import ClusterView
 from gangscale.controller.workqueue import WorkQueue
 from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, strip_managed_fields
@@ -737,64 +735,15 @@ class Controller:
     # -- startup ----------------------------------------------------------------------------------------------------
 
     async def _reconcile_intents(self) -> None:
-        """Before the first plan: settle every recorded intent with the provider (DESIGN decision 12)."""
+        """Before the first plan: settle every recorded intent with the provider (:mod:`recovery`)."""
         known = set(self.provreqs.recorded_tokens())
         for st in self.states.values():
             if st.record is not None:
                 known.update(st.record.tokens)
-        for st in sorted(self.states.values(), key=lambda s: s.key):
-            if st.record is None:
-                continue
-            if phase(st) is Phase.BOOKED:
-                await self._recover_booked(st)
-            elif phase(st) is Phase.PROVISIONING and st.record.phase == OBTAINED:
-                await self._recover_obtained(st)
-        await self._release_orphans(known)
-
-    async def _recover_obtained(self, st: RequestState) -> None:
-        """A scale-up whose units were all granted before the restart: the provider must still have every one of
-        them, whole; otherwise what is left is released and the request re-planned."""
-        assert st.record is not None
-        for step in st.record.steps:
-            got = await self.provider.lookup(step.token)
-            if got is not None:
-                st.obtained[step.token] = got
-        problems = scale_up_problems(st.record.steps, st.obtained, self.pools)
-        if problems:
-            why = (f"after a restart the provider no longer has every unit of this scale-up ({'; '.join(problems)}); "
-                   "released the rest and re-planning")
-            st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(self.clock.now()))
-            steps, nodes = st.record.steps, tuple(self._nodes_of(st))
-            st.record, st.obtained = None, {}
-            self._start_release(Release(st, steps, nodes, why))
-
-    async def _recover_booked(self, st: RequestState) -> None:
-        """A request Provisioned before the restart had every node of its scale-up Ready then: each counts as a
-        booked node seen, so one removed while gangscale was down revokes the booking (``CapacityRevoked``)
-        instead of going unnoticed. Not with ``provisionedWhen: requested``, whose nodes may never have
-        registered before Provisioned=True."""
-        assert st.record is not None
-        if st.request.provisioned_when_requested:
-            return
-        for step in st.record.steps:
-            got = await self.provider.lookup(step.token)
-            if got is not None:
-                st.booking_seen.update(got.node_names)
-
-    async def _release_orphans(self, known: set[str]) -> None:
-        """Units that were coming up for a request deleted while gangscale was down."""
-        orphans: dict[tuple[str, str], set[str]] = {}
-        for name, info in self.view.nodes.items():
-            if info.token and info.token not in known and info.pool and not info.state.ready \
-                    and self.view.empty(name):
-                orphans.setdefault((info.pool, info.token), set()).add(info.unit or name)
-        for (pool, token), units in sorted(orphans.items()):
-            log.warning("releasing %d unit(s) of pool %s left coming up by a deleted request (token %s)",
-                        len(units), pool, token)
-            try:
-                await self.actuator.release(pool, sorted(units), token)
-            except Exception:
-                log.exception("could not release orphaned units of pool %s", pool)
+        for release in await recover_intents(self.states.values(), self.provider.lookup, self.pools,
+                                             self.clock.now()):
+            self._start_release(release)
+        await release_orphans(self.view, known, self.actuator.release)
 
     # -- reporting --------------------------------------------------------------------------------------------------
 
@@ -813,40 +762,14 @@ class Controller:
 
     def _export_gauges(self) -> None:
         """The gauges, computed when they are read (``Metrics.on_render``)."""
-        now = self.clock.now()
         self.metrics.set_requests(dict(self.index.counts))
         booked_requests = sum(n for (_, state), n in self.index.counts.items() if state == Phase.BOOKED.lower())
         self.metrics.set_bookings(booked_requests)
-        self.metrics.set_backed_off(self.backoffs.active(now))
-        booked = {node for st in self.states.values() if phase(st) is Phase.BOOKED for node in (st.booking or {})}
-        by_state: dict[tuple[str, str], int] = defaultdict(int)
-        for pool, pool_units in self.view.units(self.pools).items():
-            for nodes in pool_units.values():
-                if not all(self.view.ready(n) for n in nodes):
-                    continue
-                state = "booked" if booked & set(nodes) else "idle" if all(map(self.view.empty, nodes)) else "busy"
-                by_state[(pool, state)] += 1
-                by_state[(pool, "ready")] += 1
-        for pool, count in inflight_by_pool(
-                Holding(inflight=tuple((s.pool, s.units) for s in st.record.steps))
-                for st in self.states.values() if phase(st) is Phase.PROVISIONING and st.record is not None).items():
-            by_state[(pool, "provisioning")] += count
-        self.metrics.set_pool_units(by_state)
+        self.metrics.set_backed_off(self.backoffs.active(self.clock.now()))
+        self.metrics.set_pool_units(pool_unit_states(self.view, self.pools, self.states.values()))
 
     def debug_plans(self) -> dict[str, Any]:
-        """What ``GET /debug/plans`` shows: the latest decisions, recent scale-downs, every request's phase."""
-        now = self.clock.now()
-        return {
-            "dryRun": self.settings.dry_run,
-            "passes": self.passes,
-            "lastPass": rfc3339(self.last_pass) if self.last_pass is not None else None,
-            "decisions": [self.plans[key] for key in sorted(self.plans) if key in self.states],
-            "scaleDowns": self.scale_downs,
-            "backedOffPools": {pool: {"until": rfc3339(b.until), "reason": b.reason}
-                               for pool, b in self.backoffs.active(now).items()},
-            "requests": [{"request": st.key, "class": st.request.class_name, "phase": phase(st).value,
-                          "conditions": {t: f"{c.status}/{c.reason}: {c.message}" for t, c in st.conditions.items()},
-                          "retryAt": rfc3339(st.retry_at) if st.retry_at else None}
-                         for st in sorted(self.states.values(), key=lambda s: s.key)],
-        }
-
+        """What ``GET /debug/plans`` shows (:func:`report.debug_document`)."""
+        return debug_document(dry_run=self.settings.dry_run, passes=self.passes, last_pass=self.last_pass,
+                              plans=self.plans, scale_downs=self.scale_downs,
+                              backed_off=self.backoffs.active(self.clock.now()), states=self.states)

@@ -1,0 +1,91 @@
+"""After a restart, before anything is planned: every recorded scale-up intent settled with the provider
+(DESIGN decision 12). The loop runs this once, after every reflector has listed and before its first pass.
+
+- a scale-up whose units were all granted (``obtained``) must still have every unit, whole, at the provider;
+  otherwise the request goes back to planning and whatever is left is released;
+- a Provisioned request counts every node of its scale-up as a booked node seen, so one removed while
+  gangscale was down revokes the booking;
+- units still coming up for a token no request recorded (its request was deleted meanwhile) are released.
+
+An ``obtaining`` intent needs nothing here: the first pass resumes it with its own tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+
+from gangscale.controller import conditions as C
+from gangscale.controller.reconcile import Release, node_names
+from gangscale.controller.record import OBTAINED
+from gangscale.controller.request import Phase, RequestState, phase
+from gangscale.controller.verify import scale_up_problems
+from gangscale.controller.view import ClusterView
+from gangscale.model.nodepool import NodePool
+from gangscale.providers.base import Obtained
+from gangscale.timefmt import rfc3339
+
+log = logging.getLogger(__name__)
+
+Lookup = Callable[[str], Awaitable[Obtained | None]]
+ReleaseUnits = Callable[[str, Sequence[str], str], Awaitable[None]]
+
+
+async def recover_intents(states: Iterable[RequestState], lookup: Lookup, pools: Mapping[str, NodePool],
+                          now: float) -> list[Release]:
+    """Settle the recorded intents of ``states``; returns the releases to start."""
+    releases = []
+    for st in sorted(states, key=lambda s: s.key):
+        if st.record is None:
+            continue
+        if phase(st) is Phase.BOOKED:
+            await _recover_booked(st, lookup)
+        elif phase(st) is Phase.PROVISIONING and st.record.phase == OBTAINED:
+            release = await _recover_obtained(st, lookup, pools, now)
+            if release is not None:
+                releases.append(release)
+    return releases
+
+
+async def _recover_obtained(st: RequestState, lookup: Lookup, pools: Mapping[str, NodePool],
+                            now: float) -> Release | None:
+    assert st.record is not None
+    for step in st.record.steps:
+        got = await lookup(step.token)
+        if got is not None:
+            st.obtained[step.token] = got
+    problems = scale_up_problems(st.record.steps, st.obtained, pools)
+    if not problems:
+        return None
+    why = (f"after a restart the provider no longer has every unit of this scale-up ({'; '.join(problems)}); "
+           "released the rest and re-planning")
+    st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(now))
+    release = Release(st, st.record.steps, tuple(node_names(st)), why)
+    st.record, st.obtained = None, {}
+    return release
+
+
+async def _recover_booked(st: RequestState, lookup: Lookup) -> None:
+    """Not with ``provisionedWhen: requested``, whose nodes may never have registered before Provisioned=True."""
+    assert st.record is not None
+    if st.request.provisioned_when_requested:
+        return
+    for step in st.record.steps:
+        got = await lookup(step.token)
+        if got is not None:
+            st.booking_seen.update(got.node_names)
+
+
+async def release_orphans(view: ClusterView, known: set[str], release: ReleaseUnits) -> None:
+    """Units coming up (not Ready, empty) under a token that no request recorded."""
+    orphans: dict[tuple[str, str], set[str]] = {}
+    for name, info in view.nodes.items():
+        if info.token and info.token not in known and info.pool and not info.state.ready and view.empty(name):
+            orphans.setdefault((info.pool, info.token), set()).add(info.unit or name)
+    for (pool, token), units in sorted(orphans.items()):
+        log.warning("releasing %d unit(s) of pool %s left coming up by a deleted request (token %s)",
+                    len(units), pool, token)
+        try:
+            await release(pool, sorted(units), token)
+        except Exception:
+            log.exception("could not release orphaned units of pool %s", pool)
