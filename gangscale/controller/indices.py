@@ -22,9 +22,9 @@ from gangscale.controller.snapshot import NOTHING, Holding
 
 class RequestIndex:
     def __init__(self, touch_nodes: Callable[[Iterable[str]], None],
-                 touch_tokens: Callable[[Iterable[str]], None]) -> None:
-        self._touch_nodes, self._touch_tokens = touch_nodes, touch_tokens
-        #: token -> key of the request that recorded it.
+                 touch_tokens: Callable[[Iterable[str]], None], claim: Callable[[str], str]) -> None:
+        self._touch_nodes, self._touch_tokens, self._claim = touch_nodes, touch_tokens, claim
+        #: claim (``NodePoolProvider.claim``) of a recorded token -> key of the request that recorded it.
         self.token_owner: dict[str, str] = {}
         #: key -> tokens, for requests whose recorded scale-up is not Provisioned yet.
         self.provisioning: dict[str, tuple[str, ...]] = {}
@@ -50,7 +50,7 @@ class RequestIndex:
             self._unindex(st.key)
             self._indexed[st.key] = (tokens, booked)
             for token in tokens:
-                self.token_owner[token] = st.key
+                self.token_owner[self._claim(token)] = st.key
             for node in booked:
                 self.booked_on[node].add(st.key)
         now_phase = phase(st)
@@ -97,20 +97,21 @@ class RequestIndex:
 
     # -- reads ------------------------------------------------------------------------------------------------------
 
-    def in_flight(self, token: str, obtaining: set[str]) -> bool:
-        """Whether ``token`` belongs to a scale-up still in progress (being obtained, or not Provisioned yet)."""
-        return token in obtaining or self.token_owner.get(token) in self.provisioning
+    def in_flight(self, claim: str, obtaining: set[str]) -> bool:
+        """Whether ``claim`` belongs to a scale-up still in progress (being obtained, or not Provisioned yet);
+        ``obtaining`` holds the claims of scale-ups whose provider calls run."""
+        return claim in obtaining or self.token_owner.get(claim) in self.provisioning
 
-    def in_flight_tokens(self, obtaining: set[str]) -> set[str]:
-        return obtaining.union(*self.provisioning.values())
+    def in_flight_claims(self, obtaining: set[str]) -> set[str]:
+        return obtaining.union(self._claim(token) for tokens in self.provisioning.values() for token in tokens)
 
     # -- helpers ----------------------------------------------------------------------------------------------------
 
     def _unindex(self, key: str) -> None:
         tokens, booked = self._indexed.pop(key, ((), ()))
         for token in tokens:
-            if self.token_owner.get(token) == key:
-                del self.token_owner[token]
+            if self.token_owner.get(self._claim(token)) == key:
+                del self.token_owner[self._claim(token)]
         for node in booked:
             keys = self.booked_on.get(node)
             if keys is not None:

@@ -119,7 +119,7 @@ class Controller:
         self.actuator = Actuator(provider, self.clock, self.metrics, self.pools, attempts=s.provider_attempts)
         self.recorder = EventRecorder(http)
         self.effects = Effects(self.actuator, self.recorder, self.clock, dry_run=s.dry_run)
-        self.view = ClusterView()
+        self.view = ClusterView(provider.node_ref, provider.claim)
         self.nodes = Reflector(http, NODES, transform=slim_node)
         self.pods = Reflector(http, PODS, transform=strip_managed_fields)
         self.nodes.add_handler(self._on_node)
@@ -136,6 +136,7 @@ class Controller:
         #: Units being removed by scale-down, nodes of scale-ups being rolled back, tokens being obtained.
         self.releasing: set[str] = set()
         self.leaving: set[str] = set()
+        #: Claims (``provider.claim``) of the tokens whose provider calls are running.
         self.obtaining: set[str] = set()
         self.idle = IdleUnits()
         self.passes = 0
@@ -147,7 +148,7 @@ class Controller:
         self._init_indices()
 
     def _init_indices(self) -> None:
-        self.index = RequestIndex(self._touch_nodes, self._touch_tokens)
+        self.index = RequestIndex(self._touch_nodes, self._touch_tokens, self.provider.claim)
         self._changed_nodes: set[str] = set()
         self._changed_pods: set[tuple[str, str]] = set()
         self._results: list[tuple[Callable[[Any], None], Any]] = []
@@ -422,7 +423,7 @@ class Controller:
         nodes, self._changed_nodes = self._changed_nodes, set()
         for name in nodes:
             touched = self.view.apply_node(name, self.nodes.get("", name))
-            self.queue.mark_all(self.index.token_owner[t] for t in touched.tokens if t in self.index.token_owner)
+            self.queue.mark_all(self.index.token_owner[c] for c in touched.claims if c in self.index.token_owner)
             self.queue.mark_all(self.index.booked_on.get(name, ()))
             self.idle.mark(touched.units)
         pods, self._changed_pods = self._changed_pods, set()
@@ -471,7 +472,7 @@ class Controller:
             self._refresh({st.key for st in lost})
 
     def _units(self) -> Units:
-        return units_of(self.view, self.pools, self.index.in_flight_tokens(self.obtaining), self.actuator.released)
+        return units_of(self.view, self.pools, self.index.in_flight_claims(self.obtaining), self.actuator.released)
 
     def _snapshot(self, now: float, units: Units) -> Any:
         inflight = inflight_by_pool(self.index.holdings.values())
@@ -530,8 +531,8 @@ class Controller:
         restart knows its nodes only once its obtain has returned)."""
         if node in self.index.booked_nodes or node in self.leaving:
             return True
-        token = self.view.nodes[node].token
-        return token is not None and self.index.in_flight(token, self.obtaining)
+        claim = self.view.nodes[node].claim
+        return claim is not None and self.index.in_flight(claim, self.obtaining)
 
     def _unit_gone(self, unit: str, result: object) -> None:
         if isinstance(result, BaseException):
@@ -565,7 +566,7 @@ class Controller:
             events, st.events = st.events, []
             source.note_events(st, events)
         st.task = "scale-up"
-        self.obtaining.update(record.tokens)
+        self.obtaining.update(map(self.view.claim, record.tokens))
         self.batching.started(st.key)
         self._touch_tokens(record.tokens)
         self.spawn(self.effects.scale_up(source, st, record, intent, events), f"scale-up {st.key}",
@@ -577,13 +578,13 @@ class Controller:
         now = self.clock.now()
         if isinstance(result, BaseException):
             log.error("the scale-up of %s failed unexpectedly", st.key, exc_info=result)
-            self.obtaining.difference_update(st.record.tokens if st.record else ())
+            self.obtaining.difference_update(map(self.view.claim, st.record.tokens if st.record else ()))
             self._touch_tokens(st.record.tokens if st.record else ())
             st.record, st.retry_at = None, now + self.settings.retry_initial
             self.queue.mark(st.key)
             return
         record = result.record
-        self.obtaining.difference_update(record.tokens)
+        self.obtaining.difference_update(map(self.view.claim, record.tokens))
         self._touch_tokens(record.tokens)
         if result.intent_error is not None:
             if result.intent_error.not_found or result.intent_error.conflict:
@@ -727,7 +728,7 @@ class Controller:
 
     def _touch_tokens(self, tokens: Iterable[str]) -> None:
         for token in tokens:
-            self._touch_nodes(self.view.by_token.get(token, ()))
+            self._touch_nodes(self.view.nodes_of(token))
 
     def _nodes_of(self, st: RequestState) -> list[str]:
         return [name for got in st.obtained.values() for name in got.node_names]

@@ -66,7 +66,7 @@ def rebook(lost: Sequence[RequestState], sources: Mapping[str, GangSource], view
                 on_free[st.key] = gang
             continue
         tokens = set(st.record.tokens)
-        own = [view.nodes[name].state for token in sorted(tokens) for name in sorted(view.by_token.get(token, ()))
+        own = [view.nodes[name].state for token in sorted(tokens) for name in sorted(view.nodes_of(token))
                if not view.nodes[name].deleting]
         consumed = consumed_on((p.node, p.requests) for p in source.consumers(st))
         st.booking = rebuilt_booking(gang, own, consumed, replace(snapshot, bookings=tuple(bookings)),
@@ -91,9 +91,9 @@ class Units:
     broken: Mapping[str, tuple[str, ...]]
 
 
-def units_of(view: ClusterView, pools: Mapping[str, NodePool], in_flight: set[str],
+def units_of(view: ClusterView, pools: Mapping[str, NodePool], in_flight_claims: set[str],
              released: set[str]) -> Units:
     by_pool = view.units(pools)
     broken = broken_units(pools, by_pool, lambda node: view.nodes[node].unit is not None,
-                          lambda node: view.nodes[node].token in in_flight)
+                          lambda node: view.nodes[node].claim in in_flight_claims)
     return Units(by_pool, {unit: nodes for unit, nodes in broken.items() if unit not in released})

@@ -77,15 +77,17 @@ async def _recover_booked(st: RequestState, lookup: Lookup) -> None:
 
 
 async def release_orphans(view: ClusterView, known: set[str], release: ReleaseUnits) -> None:
-    """Units coming up (not Ready, empty) under a token that no request recorded."""
+    """Units coming up (not Ready, empty) under a token that no request recorded (compared by claim; the release
+    names the claim for the provider's logs)."""
+    claims = {view.claim(token) for token in known}
     orphans: dict[tuple[str, str], set[str]] = {}
     for name, info in view.nodes.items():
-        if info.token and info.token not in known and info.pool and not info.state.ready and view.empty(name):
-            orphans.setdefault((info.pool, info.token), set()).add(info.unit or name)
-    for (pool, token), units in sorted(orphans.items()):
-        log.warning("releasing %d unit(s) of pool %s left coming up by a deleted request (token %s)",
-                    len(units), pool, token)
+        if info.claim and info.claim not in claims and info.pool and not info.state.ready and view.empty(name):
+            orphans.setdefault((info.pool, info.claim), set()).add(info.unit or name)
+    for (pool, claim), units in sorted(orphans.items()):
+        log.warning("releasing %d unit(s) of pool %s left coming up by a deleted request (%s)",
+                    len(units), pool, claim)
         try:
-            await release(pool, sorted(units), token)
+            await release(pool, sorted(units), claim)
         except Exception:
             log.exception("could not release orphaned units of pool %s", pool)

@@ -38,7 +38,7 @@ def held(st: RequestState, view: ClusterView, consumers: Iterable[PodInfo]) -> H
         case Phase.PROVISIONING if st.record is not None:
             inflight = []
             for step in st.record.steps:
-                registered = {view.nodes[name].unit or name for name in view.by_token.get(step.token, ())}
+                registered = {view.nodes[name].unit or name for name in view.nodes_of(step.token)}
                 if step.units > len(registered):
                     inflight.append((step.pool, step.units - len(registered)))
             bookings = [Booking(st.key, name, view.nodes[name].state.allocatable)

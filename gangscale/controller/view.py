@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gangscale.model.nodepool import POOL_LABEL, NodePool
+from gangscale.model.nodepool import NodePool
 from gangscale.model.pod import pod_requests
 from gangscale.model.quantity import QuantityError
 from gangscale.model.resources import EMPTY, ResourceList
 from gangscale.model.scheduling import SpecError, Taint
 from gangscale.model.snapshot import NodeState
-from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
+from gangscale.providers.base import NodeRef, labelled_node, same_token
 from gangscale.sources.provreq import consumed_pr
 from gangscale.sources.raycluster import WorkerPod, worker_pod
 
@@ -49,7 +49,8 @@ class NodeInfo:
     state: NodeState
     pool: str | None
     unit: str | None
-    token: str | None
+    #: The provider's claim of the token that made the node's unit (``NodePoolProvider.claim``).
+    claim: str | None
     deleting: bool
 
 
@@ -58,7 +59,7 @@ class Touched:
     """What one change touched: provider tokens, node names, units (a unit id, or the name of a node without one),
     requests whose consumers changed, Ray clusters."""
 
-    tokens: set[str] = field(default_factory=set)
+    claims: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
     units: set[str] = field(default_factory=set)
     consumers: set[str] = field(default_factory=set)
@@ -90,8 +91,12 @@ def parse_pod(pod: JSON) -> PodInfo | None:
     return PodInfo(str(node), requests, daemon, f"{meta.get('namespace', '')}/{pr}" if pr else None)
 
 
-def parse_node(node: JSON) -> NodeInfo | None:
-    """The node as the planner sees it, with no pods yet (the view adds their requests)."""
+Classify = Callable[[str, Mapping[str, str]], NodeRef | None]
+
+
+def parse_node(node: JSON, classify: Classify = labelled_node) -> NodeInfo | None:
+    """The node as the planner sees it, with no pods yet (the view adds their requests); ``classify`` is the
+    provider's ``node_ref``."""
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     spec = node.get("spec") or {}
@@ -107,13 +112,18 @@ def parse_node(node: JSON) -> NodeInfo | None:
     deleting = bool(meta.get("deletionTimestamp"))
     state = NodeState(name=name, allocatable=allocatable, labels=labels, taints=taints,
                       ready=ready and not deleting, unschedulable=bool(spec.get("unschedulable")))
-    return NodeInfo(state, labels.get(POOL_LABEL), labels.get(UNIT_LABEL), labels.get(TOKEN_LABEL), deleting)
+    ref = classify(name, labels)
+    if ref is None:
+        return NodeInfo(state, None, None, None, deleting)
+    return NodeInfo(state, ref.pool, ref.unit, ref.claim, deleting)
 
 
 class ClusterView:
     """Parsed nodes and bound pods with their indices; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, classify: Classify = labelled_node, claim: Callable[[str], str] = same_token) -> None:
+        #: The provider's ``node_ref`` and ``claim``: how its nodes are recognised.
+        self.classify, self.claim = classify, claim
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[PodKey, PodInfo] = {}
         self.pods_on: dict[str, dict[PodKey, PodInfo]] = defaultdict(dict)
@@ -123,7 +133,8 @@ class ClusterView:
         self._units: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         #: unit id -> its pool, for nodes of any pool.
         self.unit_pool: dict[str, str] = {}
-        self.by_token: dict[str, set[str]] = defaultdict(set)
+        #: claim -> names of the nodes of units made under it.
+        self.by_claim: dict[str, set[str]] = defaultdict(set)
         self.workers: dict[tuple[str, str], dict[PodKey, WorkerPod]] = defaultdict(dict)
         self._worker_of: dict[PodKey, tuple[str, str]] = {}
         #: Ray clusters whose worker pods changed since the Ray source last looked.
@@ -139,16 +150,16 @@ class ClusterView:
         if old is not None:
             self._unindex_node(name, old)
             touched.units.add(old.unit or name)
-            if old.token:
-                touched.tokens.add(old.token)
-        info = parse_node(obj) if obj is not None else None
+            if old.claim:
+                touched.claims.add(old.claim)
+        info = parse_node(obj, self.classify) if obj is not None else None
         if info is not None:
             info = replace(info, state=replace(info.state, requested=self.requested.get(name, EMPTY)))
             self.nodes[name] = info
             self._index_node(name, info)
             touched.units.add(info.unit or name)
-            if info.token:
-                touched.tokens.add(info.token)
+            if info.claim:
+                touched.claims.add(info.claim)
         self.version += 1
         return touched
 
@@ -186,6 +197,10 @@ class ClusterView:
             return None
         return pool, tuple(sorted(self._units[pool][unit]))
 
+    def nodes_of(self, token: str) -> set[str]:
+        """The nodes of the units made under ``token`` that exist now."""
+        return self.by_claim.get(self.claim(token), set())
+
     def unit_of(self, node: str) -> str | None:
         info = self.nodes.get(node)
         return None if info is None else info.unit or node
@@ -210,8 +225,8 @@ class ClusterView:
         if info.pool is not None:
             self._units[info.pool][info.unit or name].add(name)
             self.unit_pool[info.unit or name] = info.pool
-        if info.token:
-            self.by_token[info.token].add(name)
+        if info.claim:
+            self.by_claim[info.claim].add(name)
 
     def _unindex_node(self, name: str, info: NodeInfo) -> None:
         if info.pool is not None:
@@ -224,12 +239,12 @@ class ClusterView:
                     self.unit_pool.pop(info.unit or name, None)
             if not units:
                 del self._units[info.pool]
-        if info.token:
-            names = self.by_token.get(info.token)
+        if info.claim:
+            names = self.by_claim.get(info.claim)
             if names is not None:
                 names.discard(name)
                 if not names:
-                    del self.by_token[info.token]
+                    del self.by_claim[info.claim]
 
     def _bind(self, key: PodKey, info: PodInfo, touched: Touched) -> None:
         self.pods_on[info.node][key] = info

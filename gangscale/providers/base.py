@@ -18,17 +18,23 @@ contract the controller relies on:
   is released, the token designates nothing (``lookup`` returns None).
 - ``deadline`` is absolute clock time (seconds since the epoch, as :meth:`Clock.now`). Tokens must be valid
   label values (at most 63 characters): providers label nodes with them.
-- Every node of a unit registers with the labels ``gangscale.io/node-pool`` (the pool) and
-  ``gangscale.io/unit`` (the unit id), so the controller can count units and remove slices whole from Node
-  objects alone.
+- The provider says how its nodes are recognised (:meth:`NodePoolProvider.node_ref`): from a Node's name and
+  labels alone, which pool it belongs to, which unit, and the *claim* of the token that made it
+  (:meth:`NodePoolProvider.claim`: the key a token's nodes can be found by; the token itself when the nodes
+  carry it as a label). The controller counts units, keeps slices whole and finds a scale-up's nodes from
+  Node objects through these two answers. The ``simulated`` provider labels every node with the pool, the unit
+  and the token (:func:`labelled_node`); on GKE a VM's node can carry only its node pool's labels, so a unit
+  made in an existing pool is recognised by its name instead (see ``gangscale.providers.gke``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+from gangscale.model.nodepool import POOL_LABEL
 
 UNIT_LABEL = "gangscale.io/unit"
 TOKEN_LABEL = "gangscale.io/token"
@@ -80,6 +86,29 @@ class Obtained:
         return tuple(name for unit in self.units for name in unit.nodes)
 
 
+@dataclass(frozen=True, slots=True)
+class NodeRef:
+    """What a provider says of one Node: its pool, and for a node the provider made, its unit and the claim of
+    the token that made it (see the module docstring)."""
+
+    pool: str
+    unit: str | None = None
+    claim: str | None = None
+
+
+def labelled_node(name: str, labels: Mapping[str, str]) -> NodeRef | None:
+    """A node that carries gangscale's labels (``gangscale.io/node-pool``, ``/unit``, ``/token``); a unit's claim is
+    its token."""
+    pool = labels.get(POOL_LABEL)
+    if pool is None:
+        return None
+    return NodeRef(pool, labels.get(UNIT_LABEL), labels.get(TOKEN_LABEL))
+
+
+def same_token(token: str) -> str:
+    return token
+
+
 class NodePoolProvider(Protocol):
     #: Short name for metrics and logs ("simulated", "gke").
     name: str
@@ -95,3 +124,11 @@ class NodePoolProvider(Protocol):
     async def release(self, pool: str, unit_ids: Sequence[str], *, token: str) -> None: ...
 
     async def aclose(self) -> None: ...
+
+    def node_ref(self, name: str, labels: Mapping[str, str]) -> NodeRef | None:
+        """The pool, unit and claim of a Node, from its name and labels; None for a node of no managed pool."""
+        ...
+
+    def claim(self, token: str) -> str:
+        """The key by which the nodes of ``token``'s units are found (``NodeRef.claim``)."""
+        ...

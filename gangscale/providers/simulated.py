@@ -54,7 +54,16 @@ from typing import Any
 from gangscale.clock import Clock
 from gangscale.configschema import DEFAULT_PROVISION_SECONDS
 from gangscale.model.nodepool import POOL_LABEL, NodePool
-from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtained, ProviderError, Unit
+from gangscale.providers.base import (
+    TOKEN_LABEL,
+    UNIT_LABEL,
+    ErrorClass,
+    Obtained,
+    ProviderError,
+    Unit,
+    labelled_node,
+    same_token,
+)
 from gangscale.providers.simfaults import (
     CREATED,
     OBTAIN,
@@ -131,6 +140,9 @@ class SimulatedProvider:
     """A simulated cloud over the Kubernetes API; see the module docstring. Call :meth:`start` first."""
 
     name = "simulated"
+    #: Every node carries gangscale's labels, so it is recognised by them, and its claim is its token.
+    node_ref = staticmethod(labelled_node)
+    claim = staticmethod(same_token)
 
     def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock) -> None:
         self._clock = clock
