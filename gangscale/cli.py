@@ -33,10 +33,17 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gangscale", description="Gang-aware, all-or-nothing node pool autoscaler.")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the version and exit")
-    pools = sub.add_parser("pools", help="validate a node-pool file and show the pools it resolves to",
+    pools = sub.add_parser("pools", help="validate a node-pool file and show the pools it resolves to, or write "
+                                         "one from a GKE cluster",
                            description="Validate a node-pool file and print each pool as gangscale resolves it "
-                                       "(machine catalog applied). Exits 1, listing every problem, if it is invalid.")
-    pools.add_argument("file", help="the node-pool YAML file")
+                                       "(machine catalog applied). Exits 1, listing every problem, if it is invalid. "
+                                       "With --from-gke, print a pool file made from a GKE cluster's node pools "
+                                       "instead (Application Default Credentials).")
+    pools.add_argument("file", nargs="?", help="the node-pool YAML file")
+    pools.add_argument("--from-gke", metavar="PROJECT/LOCATION/CLUSTER", default=None,
+                       help="read the cluster's node pools and print a pool file for them")
+    pools.add_argument("--gke-container-endpoint", default=_env("gke-container-endpoint", None),
+                       help="base URL of the GKE API (default https://container.googleapis.com)")
     _add_run(sub)
     _add_demo(sub)
     sim = sub.add_parser("sim", help="the embedded simulated cluster")
@@ -87,6 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gangscale {__version__}")
         return 0
     if args.command == "pools":
+        if args.from_gke:
+            return asyncio.run(_pools_from_gke(args.from_gke, args.gke_container_endpoint))
+        if not args.file:
+            print("gangscale pools: give a pool file, or --from-gke PROJECT/LOCATION/CLUSTER", file=sys.stderr)
+            return 2
         return _show_pools(args.file)
     if args.command == "run":
         return _run(args)
@@ -121,8 +133,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
          help="kubeconfig file; without it: $KUBECONFIG, then in-cluster config, then ~/.kube/config")
     flag("--context", default=_env("context", None), help="kubeconfig context to use")
     flag("--config", default=_env("config", None), help="the node-pool file (required); see `gangscale pools FILE`")
-    flag("--provider", default=_env("provider", "simulated"), choices=("simulated",),
-         help="node-pool provider: simulated (a pretend cloud that registers Node objects)")
+    flag("--provider", default=_env("provider", "simulated"), choices=("simulated", "gke"),
+         help="node-pool provider: simulated (a pretend cloud that registers Node objects) or gke (GKE node pools "
+              "and Compute Engine instance groups; every pool needs a gke: block)")
+    flag("--gke-container-endpoint", default=_env("gke-container-endpoint", None),
+         help="base URL of the GKE API (default https://container.googleapis.com)")
+    flag("--gke-compute-endpoint", default=_env("gke-compute-endpoint", None),
+         help="base URL of the Compute Engine API (default https://compute.googleapis.com/compute/v1)")
     flag("--classes", default=_env("classes", ",".join(DEFAULT_CLASSES)),
          help="comma-separated ProvisioningRequest classes to serve; PRs of other classes are never touched")
     flag("--processor-instance", default=_env("processor-instance", ""),
@@ -193,6 +210,10 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 2
+    if args.provider == "gke" and (bare := [pool.name for pool in pool_file.pools if "gke" not in pool.provider]):
+        print(f"gangscale run: --provider gke needs a gke: block (project, location, cluster, mode) on every pool; "
+              f"{args.config} has none on {', '.join(bare)}", file=sys.stderr)
+        return 2
     classes = tuple(c.strip() for c in args.classes.split(",") if c.strip())
     if not classes:
         print("gangscale run: --classes names no class", file=sys.stderr)
@@ -208,12 +229,41 @@ def _run(args: argparse.Namespace) -> int:
         ray_gcs_interval=durations["ray_gcs_interval"])
     options = RunOptions(pool_file=pool_file, settings=settings, provider=args.provider, kubeconfig=args.kubeconfig,
                          context=args.context, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                         duration=args.duration)
+                         duration=args.duration, gke_container_endpoint=args.gke_container_endpoint,
+                         gke_compute_endpoint=args.gke_compute_endpoint)
     try:
         return asyncio.run(serve(options))
     except RuntimeError as exc:
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 1
+
+
+async def _pools_from_gke(where: str, endpoint: str | None) -> int:
+    from gangscale.providers.gke.auth import GoogleAuthTokens
+    from gangscale.providers.gke.client import GcpError, GcpHttp
+    from gangscale.providers.gke.discover import pool_file_from_gke
+    from gangscale.providers.gke.provider import endpoints_from
+
+    parts = where.split("/")
+    if len(parts) != 3 or not all(parts):
+        print(f"gangscale pools: --from-gke wants PROJECT/LOCATION/CLUSTER, got {where!r}", file=sys.stderr)
+        return 2
+    http = GcpHttp(GoogleAuthTokens(), endpoints_from(endpoint, None))
+    try:
+        text, refused = await pool_file_from_gke(http, *parts)
+    except GcpError as exc:
+        print(f"gangscale pools: cannot read the node pools of {where}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # credentials: google-auth raises its own errors (DefaultCredentialsError, ...)
+        print(f"gangscale pools: cannot read the node pools of {where}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 1
+    finally:
+        await http.aclose()
+    for line in refused:
+        print(f"gangscale pools: left out {line}", file=sys.stderr)
+    print(text, end="")
+    return 0
 
 
 def _show_pools(path: str) -> int:

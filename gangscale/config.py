@@ -37,7 +37,15 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gangscale.configschema import PlannerSpec, PoolFileSpec, PoolSpec
-from gangscale.model.catalog import CATALOG, machine_labels, node_allocatable, topology_chips, tpu_hosts
+from gangscale.model.catalog import (
+    CATALOG,
+    GPU_RESOURCE,
+    TPU_RESOURCE,
+    machine_labels,
+    node_allocatable,
+    topology_chips,
+    tpu_hosts,
+)
 from gangscale.model.nodepool import INSTANCE_TYPE_LABEL, POOL_LABEL, ZONE_LABEL, NodePool
 from gangscale.model.policy import DEFAULT_CRITERIA, Policy
 from gangscale.model.quantity import QuantityError, canonical
@@ -46,6 +54,7 @@ from gangscale.model.scheduling import Taint
 
 #: GKE labels every node with its node pool's name; gangscale's pools on GCE machine types mirror it.
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+REGION_LABEL = "topology.kubernetes.io/region"
 
 
 class ConfigError(ValueError):
@@ -137,6 +146,8 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
         issues.append((f"labels.{POOL_LABEL}", "is set by gangscale to the pool's name and cannot be overridden"))
     if spec.min_units > spec.max_units:
         issues.append(("minUnits", f"must not exceed maxUnits ({spec.max_units}); got {spec.min_units}"))
+    if spec.gke is not None:
+        issues.extend(_gke_issues(spec, nodes_per_unit))
     if issues:
         problems.extend(f"{where}.{name}: {message}" for name, message in issues)
         return None
@@ -145,15 +156,44 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
         allocatable=allocatable,
         max_units=spec.max_units,
         labels=_labels(spec),
-        taints=tuple(Taint(taint.key, taint.value, taint.effect) for taint in spec.taints),
+        taints=_taints(spec),
         nodes_per_unit=nodes_per_unit,
         min_units=spec.min_units,
         zone=spec.zone,
         machine_type=spec.machine_type,
         tpu_topology=spec.tpu_topology,
         price_per_unit_hour=spec.price_per_unit_hour,
-        provider={"simulated": spec.simulated.model_dump(by_alias=True)} if spec.simulated else {},
+        provider=_provider_sections(spec),
     )
+
+
+def _provider_sections(spec: PoolSpec) -> dict[str, dict[str, Any]]:
+    sections = {}
+    if spec.simulated is not None:
+        sections["simulated"] = spec.simulated.model_dump(by_alias=True)
+    if spec.gke is not None:
+        sections["gke"] = spec.gke.model_dump(by_alias=True)
+    return sections
+
+
+def _gke_issues(spec: PoolSpec, nodes_per_unit: int) -> list[tuple[str, str]]:
+    """What the ``gke`` provider cannot do with this pool, found before it runs."""
+    gke = spec.gke
+    assert gke is not None
+    issues = []
+    if not spec.zone:
+        issues.append(("zone", "is required with gke: a slice's node pool and a managed instance group live in one "
+                               "zone"))
+    if not spec.machine_type:
+        issues.append(("machineType", "is required with gke: the node pools and VMs are made of it"))
+    if gke.mode != "slice" and not gke.node_pool:
+        issues.append(("gke.nodePool", f"is required with mode {gke.mode}: the existing node pool whose managed "
+                                       "instance group is grown"))
+    if gke.mode != "slice" and nodes_per_unit > 1:
+        issues.append(("gke.mode", f"{gke.mode} adds single VMs to an existing node pool; a unit of {nodes_per_unit} "
+                                   "hosts (a multi-host slice) is made whole only by mode slice, one node pool per "
+                                   "unit"))
+    return issues
 
 
 def _allocatable(spec: PoolSpec, issues: list[tuple[str, str]]) -> ResourceList:
@@ -207,10 +247,28 @@ def _labels(spec: PoolSpec) -> dict[str, str]:
         labels[INSTANCE_TYPE_LABEL] = spec.machine_type
     if spec.zone:
         labels[ZONE_LABEL] = spec.zone
-    if machine:
+    if spec.gke is not None:
+        # What GKE itself puts on the nodes: a slice is a node pool of its own, named per unit, so no selector on
+        # the node pool name can reach a new slice; a VM added to an existing pool carries that pool's name.
+        if spec.gke.mode != "slice":
+            labels[GKE_NODEPOOL_LABEL] = spec.gke.node_pool
+        if spec.zone.count("-") >= 2:
+            labels[REGION_LABEL] = spec.zone.rsplit("-", 1)[0]
+    elif machine:
         labels[GKE_NODEPOOL_LABEL] = spec.name
     labels.update(spec.labels)
     return labels
+
+
+def _taints(spec: PoolSpec) -> tuple[Taint, ...]:
+    """The file's taints, plus the ones GKE puts on every GPU and TPU node when the pool is on GKE."""
+    taints = [Taint(taint.key, taint.value, taint.effect) for taint in spec.taints]
+    machine = CATALOG.get(spec.machine_type)
+    if spec.gke is not None and machine is not None:
+        for resource, present in ((GPU_RESOURCE, machine.gpus > 0), (TPU_RESOURCE, machine.tpu_chips > 0)):
+            if present and not any(t.key == resource for t in taints):
+                taints.append(Taint(resource, "present", "NoSchedule"))
+    return tuple(taints)
 
 
 def _schema_problems(exc: ValidationError, model: type[BaseModel], where: str) -> list[str]:

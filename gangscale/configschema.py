@@ -49,6 +49,44 @@ class SimulatedSpec(_Strict):
     provision_seconds: float = Field(default=DEFAULT_PROVISION_SECONDS, ge=0)
 
 
+#: How the ``gke`` provider grows a pool: ``slice`` creates one GKE node pool per unit (multi-host TPU slices: GKE
+#: makes a pool's slice whole or not at all); ``resize-request`` asks an existing node pool's managed instance
+#: group (MIG) for the units' VMs with one resize request (Compute Engine creates them all at once or none);
+#: ``resize`` raises that MIG's size by creating the named VMs, and deletes them if not all run by the deadline.
+GKE_MODES = ("slice", "resize-request", "resize")
+_GKE_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class GkeSpec(_Strict):
+    """Where a pool lives on GKE and how the ``gke`` provider grows it (see ``gangscale.providers.gke``)."""
+
+    project: str = Field(min_length=1)
+    #: The cluster's location: a region (regional cluster) or a zone.
+    location: str = Field(min_length=1)
+    cluster: str = Field(min_length=1)
+    mode: str = "slice"
+    #: ``resize-request``/``resize``: the existing GKE node pool whose MIG in the pool's ``zone`` is grown.
+    #: ``slice``: optionally an existing node pool whose node config (service account, scopes, image type, labels,
+    #: taints) each new slice pool copies.
+    node_pool: str = ""
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, mode: str) -> str:
+        if mode not in GKE_MODES:
+            raise PydanticCustomError("gke_mode", "must be one of {modes}; got '{mode}'",
+                                      {"modes": ", ".join(GKE_MODES), "mode": mode})
+        return mode
+
+    @field_validator("node_pool", "cluster")
+    @classmethod
+    def _gke_name(cls, name: str) -> str:
+        if name and (len(name) > 40 or not _GKE_NAME.match(name)):
+            raise PydanticCustomError("gke_name", "must be a GKE name: lowercase letters, digits and '-', starting "
+                                      "with a letter, at most 40 characters; got '{name}'", {"name": name})
+        return name
+
+
 class PoolSpec(_Strict):
     """One ``nodePools[]`` entry, as written; :func:`gangscale.config.parse_pool_file` resolves it."""
 
@@ -66,6 +104,7 @@ class PoolSpec(_Strict):
     zone: str = ""
     price_per_unit_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     simulated: SimulatedSpec | None = None
+    gke: GkeSpec | None = None
 
     @field_validator("name")
     @classmethod

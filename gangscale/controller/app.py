@@ -16,11 +16,12 @@ from gangscale.controller.settings import Settings
 from gangscale.kube.client import make_http
 from gangscale.observe.metrics import Metrics
 from gangscale.observe.server import ObserveServer
-from gangscale.providers.base import NodePoolProvider
+from gangscale.providers.base import NodePoolProvider, ProviderError
+from gangscale.providers.gke.provider import GkeProvider, endpoints_from
 from gangscale.providers.simulated import SimulatedProvider
 
 log = logging.getLogger(__name__)
-PROVIDERS = ("simulated",)
+PROVIDERS = ("simulated", "gke")
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,24 @@ class RunOptions:
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 8080
     duration: float | None = None
+    #: The gke provider's API base URLs (None: Google's).
+    gke_container_endpoint: str | None = None
+    gke_compute_endpoint: str | None = None
 
 
 async def serve(options: RunOptions) -> int:
     clock = SystemClock()
     http = await make_http(options.kubeconfig, options.context, user_agent="gangscale")
-    # The simulated cloud registers nodes under its own name, as a real cloud's kubelets would: audit logs
-    # (and the RBAC test) can tell its writes from the controller's.
-    cloud_http = await make_http(options.kubeconfig, options.context, user_agent="gangscale-simulated-cloud")
-    provider: NodePoolProvider = SimulatedProvider(cloud_http, options.pool_file.pools, clock)
+    cloud_http = None
+    provider: NodePoolProvider
+    if options.provider == "gke":
+        provider = GkeProvider(options.pool_file.pools, clock,
+                               endpoints=endpoints_from(options.gke_container_endpoint, options.gke_compute_endpoint))
+    else:
+        # The simulated cloud registers nodes under its own name, as a real cloud's kubelets would: audit logs
+        # (and the RBAC test) can tell its writes from the controller's.
+        cloud_http = await make_http(options.kubeconfig, options.context, user_agent="gangscale-simulated-cloud")
+        provider = SimulatedProvider(cloud_http, options.pool_file.pools, clock)
     metrics = Metrics(dry_run=options.settings.dry_run)
     controller = Controller(http, provider, options.pool_file.pools, settings=options.settings,
                             policy=options.pool_file.policy, clock=clock, metrics=metrics)
@@ -59,15 +69,19 @@ async def serve(options: RunOptions) -> int:
         stopper = asyncio.create_task(_stop_after(stop, options.duration), name="stop")
         done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
         await cancel_and_wait((runner, stopper))
-        if runner in done and runner.exception() is not None:
-            log.error("the controller stopped", exc_info=runner.exception())
+        if runner in done and (error := runner.exception()) is not None:
+            if isinstance(error, ProviderError):  # a refusal with its reason, not a crash
+                log.error("the controller stopped: the %s provider cannot run: %s", provider.name, error)
+            else:
+                log.error("the controller stopped", exc_info=error)
             return 1
         log.info("stopped")
         return 0
     finally:
         await server.stop()
         await provider.aclose()
-        await cloud_http.api_client.close()
+        if cloud_http is not None:
+            await cloud_http.api_client.close()
         await http.api_client.close()
 
 

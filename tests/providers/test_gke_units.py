@@ -1,0 +1,194 @@
+"""The gke provider's pure parts, on plain objects: error classes (cloud-providers.md §1.4, §4.2, verbatim texts),
+token-derived names, how nodes are recognised, the pool file's gke block, and pools written from a cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from gangscale.clock import ManualClock
+from gangscale.config import ConfigError, parse_pool_yaml
+from gangscale.providers.base import ErrorClass, NodeRef
+from gangscale.providers.gke import names
+from gangscale.providers.gke.client import GcpError, _error, _seconds
+from gangscale.providers.gke.discover import _pools_of, _refusal
+from gangscale.providers.gke.errors import from_compute_errors, from_http, from_text
+from gangscale.providers.gke.provider import GkeProvider
+
+STOCKOUT_TEXT = ("Google Compute Engine: Not all instances running in IGM after 35m4.033429035s. Expected 5, "
+                 "running 2, transitioning 3. Current errors: [GCE_STOCKOUT]: Instance "
+                 "'gke-c-default-pool-97da88a9-8gmv' creation failed: The zone 'projects/p/zones/us-central1-c' "
+                 "does not have enough resources available to fulfill the request. '(resource type:compute)'.")
+QUOTA_TEXT = ("Insufficient regional quota to satisfy request: resource \"CPUS\": request requires '144.0' and is "
+              "short '109.0'. project has a quota of '128.0' with '35.0' available. View and manage quotas at "
+              "https://console.cloud.google.com/iam-admin/quotas?usage=USED&project=p")
+BUSY_TEXT = ("Operation operation-1596064640049-1b03e177 is currently upgrading cluster c. Please wait and try again "
+             "once it is done.")
+THROTTLE_TEXT = 'Too many operations: cluster "c" hits the concurrent operations quota 5, please try again later.'
+
+
+@dataclass(frozen=True)
+class HttpCase:
+    id: str
+    status: int
+    rpc: str
+    message: str
+    error_class: ErrorClass
+    code: str
+
+
+HTTP_CASES = [
+    HttpCase("quota-403", 403, "PERMISSION_DENIED", QUOTA_TEXT, ErrorClass.QUOTA, "QUOTA_EXCEEDED"),
+    HttpCase("permission-403", 403, "PERMISSION_DENIED", "Required 'container.nodePools.create' permission",
+             ErrorClass.PERMANENT, "PERMISSION_DENIED"),
+    HttpCase("cluster-busy-400", 400, "FAILED_PRECONDITION", BUSY_TEXT, ErrorClass.TRANSIENT, "FAILED_PRECONDITION"),
+    HttpCase("too-many-operations-429", 429, "RESOURCE_EXHAUSTED", THROTTLE_TEXT, ErrorClass.TRANSIENT,
+             "RESOURCE_EXHAUSTED"),
+    HttpCase("bad-request-400", 400, "INVALID_ARGUMENT", "Invalid value for field 'nodePool.name'",
+             ErrorClass.PERMANENT, "INVALID_ARGUMENT"),
+    HttpCase("not-found-404", 404, "NOT_FOUND", "Not found: projects/p/locations/l/clusters/c.", ErrorClass.PERMANENT,
+             "NOT_FOUND"),
+    HttpCase("server-500", 500, "INTERNAL", "Internal error", ErrorClass.TRANSIENT, "INTERNAL"),
+    HttpCase("unavailable-503", 503, "UNAVAILABLE", "The service is currently unavailable.", ErrorClass.TRANSIENT,
+             "UNAVAILABLE"),
+    HttpCase("connection-lost", 0, "UNAVAILABLE", "ServerDisconnectedError", ErrorClass.TRANSIENT, "UNAVAILABLE"),
+    HttpCase("unauthenticated-after-refresh", 401, "UNAUTHENTICATED", "Request had invalid authentication credentials.",
+             ErrorClass.PERMANENT, "UNAUTHENTICATED"),
+]
+
+
+@pytest.mark.parametrize("case", HTTP_CASES, ids=[c.id for c in HTTP_CASES])
+def test_http_errors_are_classified(case: HttpCase) -> None:
+    error = from_http(GcpError(case.status, case.rpc, case.message), "tpu")
+    assert (error.error_class, error.code, error.pool) == (case.error_class, case.code, "tpu")
+    assert error.message == case.message
+
+
+@pytest.mark.parametrize(("text", "error_class", "code"), [
+    (STOCKOUT_TEXT, ErrorClass.STOCKOUT, "GCE_STOCKOUT"),
+    ("Deploy error: [GCE_QUOTA_EXCEEDED]: Instance 'gke-x' creation failed: Quota 'TPUS' exceeded.",
+     ErrorClass.QUOTA, "GCE_QUOTA_EXCEEDED"),
+    (BUSY_TEXT, ErrorClass.TRANSIENT, "FAILED_PRECONDITION"),
+    ("The node pool could not be created: unsupported TPU configuration", ErrorClass.PERMANENT, "OPERATION_FAILED"),
+], ids=["stockout", "async-quota", "busy", "other"])
+def test_operation_failures_are_classified_by_their_text(text: str, error_class: ErrorClass, code: str) -> None:
+    error = from_text(text, "tpu")
+    assert (error.error_class, error.code, error.rolled_back) == (error_class, code, True)
+
+
+@pytest.mark.parametrize(("codes", "error_class", "code"), [
+    (["ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"], ErrorClass.STOCKOUT, "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"),
+    (["RESOURCE_POOL_EXHAUSTED"], ErrorClass.STOCKOUT, "RESOURCE_POOL_EXHAUSTED"),
+    (["INSUFFICIENT_CAPACITY"], ErrorClass.STOCKOUT, "INSUFFICIENT_CAPACITY"),
+    (["QUOTA_EXCEEDED"], ErrorClass.QUOTA, "QUOTA_EXCEEDED"),
+    (["PERMISSIONS_ERROR"], ErrorClass.PERMANENT, "OPERATION_FAILED"),
+    (["IP_SPACE_EXHAUSTED"], ErrorClass.PERMANENT, "OPERATION_FAILED"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_compute_error_codes_are_classified(codes: list[str], error_class: ErrorClass, code: str) -> None:
+    error = from_compute_errors([{"code": c, "message": "m"} for c in codes], "gpu", rolled_back=False)
+    assert (error.error_class, error.code, error.rolled_back) == (error_class, code, False)
+
+
+def test_the_error_envelope_and_retry_after_are_read() -> None:
+    raw = (b'{"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED", '
+           b'"errors": [{"message": "slow down", "domain": "global", "reason": "rateLimitExceeded"}]}}')
+    error = _error(429, raw, "7")
+    assert (error.http_status, error.status, error.reason, error.message, error.retry_after) == (
+        429, "RESOURCE_EXHAUSTED", "rateLimitExceeded", "slow down", 7.0)
+    html = _error(502, b"<html><body>Bad Gateway</body></html>", None)
+    assert (html.status, html.message, html.retry_after) == ("UNAVAILABLE", "<html><body>Bad Gateway</body></html>",
+                                                             None)
+    assert _seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0 and _seconds("soon") is None
+
+
+def test_names_derive_from_the_token_and_fit_gke_and_compute() -> None:
+    token = "f3c64af7-75a8-4294-82cd-789a380208a9-729fb4081b48-0"
+    claim = names.claim(token)
+    assert len(claim) == 12 and names.unit_name(token, 3) == f"gs-{claim}-3"
+    assert names.claim_of(names.unit_name(token, 3)) == claim and names.claim_of("gke-c-pool-1a2b3c4d-x9z1") is None
+    assert names.resize_request_name(token) == f"gs-{claim}" and len(names.unit_name(token, 999)) <= 40
+    assert names.request_id(token, "a") == names.request_id(token, "a") != names.request_id(token, "b")
+    assert names.parse_slot(names.slot(2, 3)) == (2, 3) and names.parse_slot("2/3") is None
+
+
+POOLS = """
+nodePools:
+  - name: tpu-v5e
+    machineType: ct5lp-hightpu-4t
+    tpuTopology: 2x4
+    zone: us-central1-a
+    maxUnits: 3
+    gke: {project: p, location: us-central1, cluster: c, mode: slice}
+  - name: gpu-l4
+    machineType: g2-standard-8
+    zone: us-central1-b
+    maxUnits: 8
+    gke: {project: p, location: us-central1, cluster: c, mode: resize-request, nodePool: l4}
+"""
+
+
+def test_the_gke_block_puts_gkes_labels_and_taints_in_the_model() -> None:
+    tpu, gpu = parse_pool_yaml(POOLS).pools
+    assert tpu.provider["gke"] == {"project": "p", "location": "us-central1", "cluster": "c", "mode": "slice",
+                                   "nodePool": ""}
+    assert "cloud.google.com/gke-nodepool" not in tpu.labels  # each slice is a node pool of its own name
+    assert tpu.labels["cloud.google.com/gke-tpu-topology"] == "2x4"
+    assert tpu.labels["topology.kubernetes.io/region"] == "us-central1"
+    assert [str(t) for t in tpu.taints] == ["google.com/tpu=present:NoSchedule"]
+    assert gpu.labels["cloud.google.com/gke-nodepool"] == "l4"
+    assert [str(t) for t in gpu.taints] == ["nvidia.com/gpu=present:NoSchedule"]
+
+
+@pytest.mark.parametrize(("pool", "problem"), [
+    ("{name: a, machineType: ct5lp-hightpu-4t, tpuTopology: 2x4, zone: z-a-1, maxUnits: 1, "
+     "gke: {project: p, location: l, cluster: c, mode: resize-request, nodePool: x}}",
+     "nodePools[0] (a).gke.mode: resize-request adds single VMs to an existing node pool; a unit of 2 hosts"),
+    ("{name: a, machineType: g2-standard-8, zone: z-a-1, maxUnits: 1, "
+     "gke: {project: p, location: l, cluster: c, mode: resize}}",
+     "nodePools[0] (a).gke.nodePool: is required with mode resize"),
+    ("{name: a, machineType: g2-standard-8, maxUnits: 1, gke: {project: p, location: l, cluster: c}}",
+     "nodePools[0] (a).zone: is required with gke"),
+    ("{name: a, machineType: g2-standard-8, zone: z-a-1, maxUnits: 1, "
+     "gke: {project: p, location: l, cluster: c, mode: fast}}",
+     "nodePools[0] (a).gke.mode: must be one of slice, resize-request, resize; got 'fast'"),
+], ids=["slice-in-resize-mode", "resize-without-node-pool", "no-zone", "unknown-mode"])
+def test_gke_block_problems_are_reported(pool: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_pool_yaml(f"nodePools:\n  - {pool}\n")
+    assert any(line.startswith(problem) for line in caught.value.problems), caught.value.problems
+
+
+def test_nodes_are_recognised_by_slice_labels_or_by_node_pool_and_name() -> None:
+    provider = GkeProvider(parse_pool_yaml(POOLS).pools, ManualClock())
+    token = "tok-1"
+    slice_node = {"gangscale.io/node-pool": "tpu-v5e", "gangscale.io/unit": "gs-aaaaaaaaaaaa-0",
+                  "gangscale.io/token": token}
+    assert provider.node_ref("gke-c-gs-aaa-1234-abcd", slice_node) == NodeRef("tpu-v5e", "gs-aaaaaaaaaaaa-0",
+                                                                               names.claim(token))
+    vm = names.unit_name(token, 0)
+    l4 = {"cloud.google.com/gke-nodepool": "l4", "topology.kubernetes.io/zone": "us-central1-b"}
+    assert provider.node_ref(vm, l4) == NodeRef("gpu-l4", vm, provider.claim(token))
+    assert provider.node_ref("gke-c-l4-1a2b3c4d-x9z1", l4) == NodeRef("gpu-l4", None, None)  # not made by gangscale
+    assert provider.node_ref(vm, {**l4, "topology.kubernetes.io/zone": "us-central1-c"}) is None  # another zone
+    assert provider.node_ref("n", {"cloud.google.com/gke-nodepool": "default-pool"}) is None
+
+
+def test_a_cluster_is_written_as_a_pool_file_and_autoscaled_pools_are_refused() -> None:
+    tpu = {"name": "v5e", "locations": ["us-west4-a"], "placementPolicy": {"type": "COMPACT", "tpuTopology": "2x4"},
+           "config": {"machineType": "ct5lp-hightpu-4t", "labels": {"team": "ml", "cloud.google.com/x": "y"},
+                      "taints": [{"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"}]}}
+    assert _pools_of(tpu, "p", "us-west4", "c") == [{
+        "name": "v5e", "machineType": "ct5lp-hightpu-4t", "labels": {"team": "ml"}, "tpuTopology": "2x4",
+        "zone": "us-west4-a", "maxUnits": 4,
+        "gke": {"project": "p", "location": "us-west4", "cluster": "c", "mode": "slice", "nodePool": "v5e"}}]
+    gpu = {"name": "l4", "locations": ["us-west4-a", "us-west4-b"],
+           "config": {"machineType": "g2-standard-8", "taints": [{"key": "team", "value": "x",
+                                                                  "effect": "NO_EXECUTE"}]}}
+    assert [(p["name"], p["zone"], p["gke"]["mode"], p["taints"]) for p in _pools_of(gpu, "p", "us-west4", "c")] == [
+        ("l4-a", "us-west4-a", "resize-request", [{"key": "team", "value": "x", "effect": "NoExecute"}]),
+        ("l4-b", "us-west4-b", "resize-request", [{"key": "team", "value": "x", "effect": "NoExecute"}])]
+    refusal = _refusal({"name": "l4", "autoscaling": {"enabled": True, "maxNodeCount": 6}})
+    assert refusal is not None and "GKE's cluster autoscaler manages it (maxNodeCount 6)" in refusal
+    assert _refusal({"name": "q", "queuedProvisioning": {"enabled": True}}) is not None
+    assert _refusal(gpu) is None
