@@ -34,9 +34,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy"
 BASE = DEPLOY / "base"
 OVERLAY = DEPLOY / "overlays" / "simulated-cloud"
+GKE_OVERLAY = DEPLOY / "overlays" / "gke"
 KUEUE_EXAMPLES = DEPLOY / "examples" / "kueue"
 KUSTOMIZATION = "kustomization.yaml"
-KUSTOMIZE_DIRS = (BASE, OVERLAY, KUEUE_EXAMPLES)
+KUSTOMIZE_DIRS = (BASE, OVERLAY, GKE_OVERLAY, KUEUE_EXAMPLES)
 
 # --- loading -------------------------------------------------------------------------------------------
 

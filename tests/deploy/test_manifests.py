@@ -423,6 +423,26 @@ def test_overlay_changes_only_dry_run_and_node_rbac(base: list[JSON], overlay: l
     assert changed == [("apps/v1", "Deployment", NAMESPACE, "gangscale")]
 
 
+def test_the_gke_overlay_runs_the_gke_provider_live_with_workload_identity_and_gke_pools(base: list[JSON]) -> None:
+    gke = m.render(m.GKE_OVERLAY)
+    base_ids = {m.identity(o): o for o in base}
+    assert [m.identity(o) for o in gke if m.identity(o) not in base_ids] == []
+    changed = sorted(m.identity(o) for o in gke if o != base_ids[m.identity(o)])
+    assert changed == [("apps/v1", "Deployment", NAMESPACE, "gangscale"), ("v1", "ConfigMap", NAMESPACE,
+                                                                           "gangscale-pools"),
+                       ("v1", "ServiceAccount", NAMESPACE, "gangscale")]
+    args = container(gke)["args"]
+    assert m.flags(args) == {**{k: v for k, v in BASE_FLAGS.items() if k != "dry-run"}, "provider": "gke"}
+    account = m.one(gke, "ServiceAccount", "gangscale")["metadata"]["annotations"]
+    assert account == {"iam.gke.io/gcp-service-account": "gangscale@my-project.iam.gserviceaccount.com"}
+    pools = parse_pool_yaml(m.one(gke, "ConfigMap", "gangscale-pools")["data"]["pools.yaml"]).pools
+    assert pools and all("gke" in pool.provider for pool in pools)
+    # The gke provider calls Google's APIs to make nodes: no Kubernetes permission beyond the base's.
+    assert m.granted_rules(gke) == CONTROLLER_RULES
+    parser = cli._parser()
+    parser.parse_args(args)
+
+
 # --- RBAC ----------------------------------------------------------------------------------------------
 
 def test_base_clusterrole_grants_exactly_the_controller_calls(base: list[JSON]) -> None:
