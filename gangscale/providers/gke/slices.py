@@ -59,8 +59,22 @@ class Slices:
                 raise  # outcome unknown: the caller repeats the obtain with the same token
             log.warning("gke: a slice of %s (token %s) failed (%s); deleting every slice of the token", gp.name,
                         token, exc.message)
-            raise with_rollback(exc, await self._delete_all(gp, unit_names, deadline + CLEANUP_SECONDS)) from exc
+            try:
+                rolled_back = await self._delete_all(gp, await self._ours(gp, unit_names, token),
+                                                     deadline + CLEANUP_SECONDS)
+            except GcpError as listing:
+                log.warning("gke: cannot list the node pools of %s to roll back: %s", gp.cluster, listing)
+                rolled_back = False
+            raise with_rollback(exc, rolled_back) from exc
         return Obtained(token, gp.name, tuple(made))
+
+    async def _ours(self, gp: GkePool, pools: Sequence[str], token: str) -> list[str]:
+        """Those of ``pools`` that exist and were made for ``token`` (a pool of the name made by anybody else,
+        which failed the create, is not ours to delete)."""
+        listed = await self.http.container("GET", f"{gp.cluster_path}/nodePools")
+        labels = {str(p.get("name")): ((p.get("config") or {}).get("labels") or {})
+                  for p in listed.get("nodePools") or []}
+        return [name for name in pools if labels.get(name, {}).get(TOKEN_LABEL) == token]
 
     def _body(self, gp: GkePool, token: str, index: int, count: int) -> JSON:
         labels = {**self.templates.get(gp.name, {}).get("labels", {}), **gp.node_labels(),

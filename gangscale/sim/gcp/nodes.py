@@ -1,0 +1,159 @@
+"""What a GKE node's kubelet does in the Kubernetes API: register the Node, post Ready, and (for the fake's
+convenience, as GKE's node controller would) delete the Node when its VM is gone.
+
+The calls run one at a time, in order, in one worker task (:class:`NodeWorker`), so a Node is never deleted
+before it is registered. Shapes follow :mod:`gangscale.providers.simnodes` (Ready as a strategic merge patch on
+``/status``; the API server adds the ``not-ready`` taint itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gangscale.kube.errors import ApiError
+from gangscale.kube.transport import KubeHTTP
+from gangscale.model.catalog import GPU_LABEL, GPU_RESOURCE, TPU_RESOURCE, machine_labels, node_allocatable
+from gangscale.model.quantity import format_quantity
+from gangscale.model.resources import CPU, DEFAULT_MAX_PODS, MEMORY, PODS
+from gangscale.sim.gcp.state import NodePool, Vm
+from gangscale.sim.gcp.wire import machine_family, region_of
+from gangscale.timefmt import rfc3339
+
+JSON = dict[str, Any]
+log = logging.getLogger(__name__)
+
+NODES_PATH = "/api/v1/nodes"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+POOL_LABEL = "cloud.google.com/gke-nodepool"
+INSTANCE_ID_ANNOTATION = "container.googleapis.com/instance_id"
+#: GKE's taint effects (API enum) → Kubernetes'.
+EFFECTS = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute"}
+
+REGISTER = "register"
+READY = "ready"
+DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class NodeAction:
+    kind: str
+    name: str
+    time: float
+    body: JSON | None = None
+
+
+def gpu_count(pool: NodePool) -> int:
+    accelerators = pool.config.get("accelerators") or []
+    given = sum(int(a.get("acceleratorCount") or 0) for a in accelerators if isinstance(a, dict))
+    return given or pool.machine.gpus
+
+
+def node_body(project: str, pool: NodePool, vm: Vm, now: float) -> JSON:
+    """The Node a GKE VM registers: GKE's labels and taints, capacity/allocatable from the machine catalog."""
+    machine = pool.machine
+    labels: dict[str, str] = {
+        **{str(k): str(v) for k, v in (pool.config.get("labels") or {}).items()},
+        POOL_LABEL: pool.name,
+        "kubernetes.io/hostname": vm.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": vm.machine_type,
+        "topology.kubernetes.io/zone": vm.zone,
+        "topology.kubernetes.io/region": region_of(vm.zone),
+        "cloud.google.com/machine-family": machine_family(vm.machine_type),
+        **machine_labels(machine, pool.tpu_topology),
+    }
+    if pool.config.get("spot"):
+        labels["cloud.google.com/gke-spot"] = "true"
+    accelerators = [a for a in pool.config.get("accelerators") or [] if isinstance(a, dict)]
+    if accelerators and accelerators[0].get("acceleratorType"):
+        labels[GPU_LABEL] = str(accelerators[0]["acceleratorType"])
+    taints = [{"key": str(t["key"]), "value": str(t.get("value", "")), "effect": EFFECTS[t["effect"]]}
+              for t in pool.config.get("taints") or []]
+    gpus = gpu_count(pool)
+    if gpus:
+        taints.append({"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
+    if machine.is_tpu:
+        taints.append({"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
+    capacity: dict[str, int] = {CPU: machine.vcpus * 1000, MEMORY: machine.memory, PODS: DEFAULT_MAX_PODS}
+    allocatable = dict(node_allocatable(machine))
+    if gpus:
+        capacity[GPU_RESOURCE] = allocatable[GPU_RESOURCE] = gpus
+    if machine.tpu_chips:
+        capacity[TPU_RESOURCE] = machine.tpu_chips
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": vm.name, "labels": labels, "annotations": {INSTANCE_ID_ANNOTATION: vm.id}},
+        "spec": {"providerID": f"gce://{project}/{vm.zone}/{vm.name}", "taints": taints},
+        "status": {
+            "capacity": {name: format_quantity(name, amount) for name, amount in capacity.items()},
+            "allocatable": {name: format_quantity(name, amount) for name, amount in allocatable.items()},
+            "conditions": [ready_condition(False, rfc3339(now))],
+        },
+    }
+
+
+def ready_condition(ready: bool, stamp: str) -> JSON:
+    return {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "message": "kubelet is posting ready status" if ready else "container runtime network not ready",
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+
+
+class NodeWorker:
+    """Applies :class:`NodeAction` s to the Kubernetes API one at a time (none without a client)."""
+
+    def __init__(self, kube: KubeHTTP | None) -> None:
+        self.kube = kube
+        self.queue: asyncio.Queue[NodeAction] = asyncio.Queue()
+        #: Calls that failed for another reason than "already there" / "already gone".
+        self.failures: list[str] = []
+        #: Calls queued or under way.
+        self.pending = 0
+
+    def put(self, action: NodeAction) -> None:
+        if self.kube is not None:
+            self.pending += 1
+            self.queue.put_nowait(action)
+
+    async def settle(self) -> None:
+        """Return once every queued call has been made."""
+        await self.queue.join()
+
+    async def run(self) -> None:
+        while True:
+            action = await self.queue.get()
+            try:
+                await self._apply(action)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.failures.append(f"{action.kind} {action.name}: {exc}")
+                log.exception("fake GCP: could not %s node %s", action.kind, action.name)
+            finally:
+                self.pending -= 1
+                self.queue.task_done()
+
+    async def _apply(self, action: NodeAction) -> None:
+        assert self.kube is not None
+        try:
+            if action.kind == REGISTER:
+                await self.kube.request("POST", NODES_PATH, body=action.body)
+            elif action.kind == READY:
+                body = {"status": {"conditions": [ready_condition(True, rfc3339(action.time))]}}
+                await self.kube.request("PATCH", f"{NODES_PATH}/{action.name}/status", body=body,
+                                        content_type=STRATEGIC_MERGE_PATCH)
+            else:
+                await self.kube.request("DELETE", f"{NODES_PATH}/{action.name}")
+        except ApiError as exc:
+            if (action.kind == REGISTER and exc.status == 409) or (action.kind != REGISTER and exc.status == 404):
+                return
+            raise
