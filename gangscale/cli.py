@@ -65,6 +65,20 @@ def _parser() -> argparse.ArgumentParser:
                      help="stop after this many seconds instead of waiting for Ctrl-C")
     api.add_argument("--control", action="store_true",
                      help="serve the fault-injection knobs over HTTP under /_sim/ (for crash and chaos harnesses)")
+    gcp = sim_sub.add_parser(
+        "gcp", help="run the fake GKE + Compute Engine control plane (and metadata server) until interrupted",
+        description="Run the fake Google Cloud that the gke provider's tests use: GKE node pools, Compute Engine "
+                    "instance groups and the metadata server on one local port, set up from a pool file's gke "
+                    "blocks. Each VM registers a Node in the Kubernetes API server of --kubeconfig.")
+    gcp.add_argument("--config", required=True, help="the node-pool file whose gke blocks name the clusters to fake")
+    gcp.add_argument("--kubeconfig", required=True, help="the API server where VMs register their Nodes")
+    gcp.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1; 0 picks a free one (default 0)")
+    gcp.add_argument("--operation-seconds", type=float, default=0.0,
+                     help="how long each GKE operation runs (default 0)")
+    gcp.add_argument("--ready-seconds", type=float, default=0.0,
+                     help="how long a VM's Node takes to turn Ready after it registers (default 0)")
+    gcp.add_argument("--for", dest="duration", type=float, default=None,
+                     help="stop after this many seconds instead of waiting for Ctrl-C")
     return p
 
 
@@ -108,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args)
     if args.command == "sim" and args.sim_command == "apiserver":
         return asyncio.run(_run_apiserver(args))
+    if args.command == "sim" and args.sim_command == "gcp":
+        return asyncio.run(_run_fake_gcp(args))
     return 2
 
 
@@ -312,6 +328,46 @@ async def _run_apiserver(args: argparse.Namespace) -> int:
         await _wait_for_stop(args.duration)
     finally:
         await server.stop()
+    print("stopped", flush=True)
+    return 0
+
+
+async def _run_fake_gcp(args: argparse.Namespace) -> int:
+    from gangscale.clock import SystemClock
+    from gangscale.config import ConfigError, load_pool_file
+    from gangscale.kube.client import make_http
+    from gangscale.sim.gcp import FakeGcp
+    from gangscale.sim.gcp.standalone import project_of, set_up
+
+    try:
+        pools = load_pool_file(args.config).pools
+        project = project_of(pools)
+    except (ConfigError, ValueError) as exc:
+        print(f"gangscale sim gcp: {exc}", file=sys.stderr)
+        return 2
+    kube = await make_http(args.kubeconfig, user_agent="gangscale-fake-gcp")
+    gcp = FakeGcp(SystemClock(), kube, project=project, port=args.port)
+    gcp.faults.operation_seconds = args.operation_seconds
+    gcp.faults.ready_seconds = args.ready_seconds
+    set_up(gcp, pools)
+    try:
+        try:
+            await gcp.start()
+        except OSError as exc:
+            print(f"gangscale sim gcp: cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 1
+        host = gcp.url.removeprefix("http://")
+        print(f"fake GCP listening on {gcp.url}", flush=True)
+        print(gcp.describe(), flush=True)
+        print(f"try:  GCE_METADATA_HOST={host} GCE_METADATA_IP={host} gangscale run --provider gke "
+              f"--gke-container-endpoint {gcp.url} --gke-compute-endpoint {gcp.url}/compute/v1 "
+              f"--config {args.config} --kubeconfig {args.kubeconfig}", flush=True)
+        print("stop with Ctrl-C" if args.duration is None else f"stopping after {args.duration:g}s", flush=True)
+        await _wait_for_stop(args.duration)
+    finally:
+        await gcp.stop()
+        await kube.api_client.close()
     print("stopped", flush=True)
     return 0
 

@@ -54,11 +54,11 @@ class GoogleAuthTokens:
 def _load() -> tuple[Any, Any]:
     # Imported here: loading google-auth costs time and memory a simulated run does not need.
     import google.auth  # noqa: PLC0415
-    import urllib3  # noqa: PLC0415
-    from google.auth.transport.urllib3 import Request  # noqa: PLC0415
+    from google.auth.transport.requests import Request  # noqa: PLC0415
 
-    credentials, _ = google.auth.default(scopes=list(SCOPES))
-    return credentials, Request(urllib3.PoolManager())  # type: ignore[no-untyped-call]
+    request = Request()
+    credentials, _ = google.auth.default(scopes=list(SCOPES), request=request)
+    return credentials, request
 
 
 class StaticToken:

@@ -1,0 +1,46 @@
+"""``gangscale sim gcp``: the fake control plane as a process, set up from a pool file.
+
+Every cluster the pool file's ``gke:`` blocks name is created (its zones: those of its pools), and every node
+pool they name as existing (``resize-request``/``resize`` pools' ``nodePool``, a ``slice`` pool's template) is
+created with no VM, so that ``gangscale run --provider gke`` finds what it expects. One project per process:
+the fake serves a single project. Time is the wall clock.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from gangscale.model.nodepool import NodePool
+from gangscale.sim.gcp.server import FakeGcp
+
+
+def project_of(pools: Sequence[NodePool]) -> str:
+    projects = {str(pool.provider["gke"]["project"]) for pool in pools if "gke" in pool.provider}
+    if len(projects) != 1:
+        raise ValueError("the fake serves one project; the pool file's gke blocks name "
+                         f"{', '.join(sorted(projects)) or 'none'}")
+    return projects.pop()
+
+
+def set_up(gcp: FakeGcp, pools: Sequence[NodePool]) -> None:
+    """The clusters and existing node pools ``pools`` expect."""
+    zones: dict[tuple[str, str], set[str]] = defaultdict(set)
+    existing: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for pool in pools:
+        gke = pool.provider.get("gke")
+        if gke is None:
+            continue
+        cluster = (str(gke["location"]), str(gke["cluster"]))
+        zones[cluster].add(pool.zone)
+        if gke.get("nodePool"):
+            found = existing.setdefault((*cluster, str(gke["nodePool"])),
+                                        {"machine_type": pool.machine_type, "zones": set(),
+                                         "tpu_topology": pool.tpu_topology if pool.nodes_per_unit > 1 else ""})
+            found["zones"].add(pool.zone)
+    for (location, cluster_name), cluster_zones in sorted(zones.items()):
+        gcp.add_cluster(location, cluster_name, sorted(cluster_zones))
+    for (location, cluster_name, name), spec in sorted(existing.items()):
+        gcp.add_node_pool((location, cluster_name), name, machine_type=spec["machine_type"], zones=sorted(spec["zones"]),
+                          tpu_topology=spec["tpu_topology"])
