@@ -133,7 +133,7 @@ Simplified, and gaps (a provider must not rely on these)
   is gone. Errors never carry ``Retry-After`` unless injected (``faults.errors``).
 """
 
-from gangscale.sim.gcp.faults import Call, GcpFaults, InjectedError
+from gangscale.sim.gcp.faults import Call, GcpFaults, Hold, InjectedError
 from gangscale.sim.gcp.server import FakeGcp
 
-__all__ = ["Call", "FakeGcp", "GcpFaults", "InjectedError"]
+__all__ = ["Call", "FakeGcp", "GcpFaults", "Hold", "InjectedError"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,6 +115,26 @@ class GcpFaults:
                     self.errors.remove(error)
                 return error
         return None
+
+
+@dataclass(eq=False)
+class Hold:
+    """Hold the next request whose method and path match (after letting ``skip`` matching ones through) before the
+    fake does anything with it: ``held`` is set when one is held; setting ``released`` lets it go on, served when
+    ``serve`` is true, else dropped unapplied (the connection is closed). Crash tests kill a process while the
+    request it sent is held, so the process dies at a known point and its request never happened."""
+
+    method: str
+    path: str
+    skip: int = 0
+    serve: bool = False
+    held: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The held request, as ``METHOD path``.
+    request: str = ""
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method == "*" or self.method.upper() == method.upper()) and re.search(self.path, path) is not None
 
 
 @dataclass(frozen=True)

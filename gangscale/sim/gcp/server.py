@@ -17,7 +17,7 @@ from gangscale.sim.gcp import errors as E
 from gangscale.sim.gcp.compute import ComputeAPI
 from gangscale.sim.gcp.container import ContainerAPI, parse_pool
 from gangscale.sim.gcp.engine import Engine
-from gangscale.sim.gcp.faults import Call, GcpFaults, InjectedError
+from gangscale.sim.gcp.faults import Call, GcpFaults, Hold, InjectedError
 from gangscale.sim.gcp.metadata import Metadata, is_metadata_path
 from gangscale.sim.gcp.nodes import EFFECTS, NodeWorker
 from gangscale.sim.gcp.routing import Req, Route
@@ -70,6 +70,8 @@ class FakeGcp:
         self.routes: list[Route] = self.container.routes() + self.compute.routes()
         #: Every request answered, in order (status 0: the connection was dropped without an answer).
         self.calls: list[Call] = []
+        #: Requests to hold (crash tests): see :class:`~gangscale.sim.gcp.faults.Hold`.
+        self.holds: list[Hold] = []
         self.nodes = NodeWorker(kube)
         #: token → when it expires (None: never).
         self._tokens: dict[str, float | None] = {token: None}
@@ -222,6 +224,11 @@ class FakeGcp:
     # --- requests ---------------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if not await self._held(request):
+            self.calls.append(Call(self.clock.now(), request.method, request.path, dict(request.query), 0))
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=503)  # never reaches the client: its connection is closed
         now = self.clock.now()
         self._advance(now)
         lost = False
@@ -234,6 +241,21 @@ class FakeGcp:
         if lost and request.transport is not None:
             request.transport.close()
         return response
+
+    async def _held(self, request: web.Request) -> bool:
+        """Wait while a :class:`Hold` holds this request; False: drop it unapplied."""
+        for hold in self.holds:
+            if hold.held.is_set() or not hold.matches(request.method, request.path):
+                continue
+            if hold.skip > 0:
+                hold.skip -= 1
+                continue
+            hold.request = f"{request.method} {request.path}"
+            hold.held.set()
+            await hold.released.wait()
+            self.holds.remove(hold)
+            return hold.serve
+        return True
 
     async def _serve(self, request: web.Request, now: float) -> tuple[web.StreamResponse, bool]:
         injected = self.faults.take_error(request.method, request.path)

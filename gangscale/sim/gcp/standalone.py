@@ -42,5 +42,5 @@ def set_up(gcp: FakeGcp, pools: Sequence[NodePool]) -> None:
     for (location, cluster_name), cluster_zones in sorted(zones.items()):
         gcp.add_cluster(location, cluster_name, sorted(cluster_zones))
     for (location, cluster_name, name), spec in sorted(existing.items()):
-        gcp.add_node_pool((location, cluster_name), name, machine_type=spec["machine_type"], zones=sorted(spec["zones"]),
-                          tpu_topology=spec["tpu_topology"])
+        gcp.add_node_pool((location, cluster_name), name, machine_type=spec["machine_type"],
+                          zones=sorted(spec["zones"]), tpu_topology=spec["tpu_topology"])
