@@ -149,13 +149,16 @@ class Cluster:
 
     # -- processes ----------------------------------------------------------------------------------------
 
-    async def start_gangscale(self, *flags: str) -> Gangscale:
+    async def start_gangscale(self, *flags: str, env: dict[str, str] | None = None) -> Gangscale:
+        """A ``gangscale run`` process (``flags`` after the common ones, so they win); ``env`` replaces the
+        environment."""
         log = self.workdir / f"gangscale-{len(self.runs)}.log"
         out = log.open("wb")
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "gangscale.cli", "run", "--kubeconfig", str(self.kubeconfig),
-                "--config", str(self.pools), *RUN_FLAGS, *flags, stdout=out, stderr=asyncio.subprocess.STDOUT)
+                "--config", str(self.pools), *RUN_FLAGS, *flags, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                env=env)
         finally:
             out.close()
         run = Gangscale(proc, log)

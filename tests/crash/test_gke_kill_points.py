@@ -1,0 +1,174 @@
+"""``gangscale run --provider gke`` killed (SIGKILL) at each step of an obtain, against the fake GKE + Compute
+control plane: the next process finishes or undoes what the first left, with no duplicate node pool or VM and
+no orphan.
+
+The fake runs in this process (wall clock) and holds the cloud call that follows the chosen moment; the
+harness kills gangscale while it waits for the answer, and the held call is dropped unapplied. Judged from the
+fake's state and the API server: the PR ends ``Provisioned=True`` with exactly its slices (each 2 Ready nodes)
+or VMs, or not provisioned with nothing of it left, and every node pool or VM gangscale made belongs to the
+PR's recorded scale-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gangscale.clock import SystemClock
+from gangscale.config import parse_pool_yaml
+from gangscale.providers.gke import names
+from gangscale.sim.gcp import FakeGcp, Hold
+from gangscale.sim.gcp.standalone import set_up
+from tests.crash.harness import (
+    TPU_TEMPLATE,
+    Cluster,
+    crash_cluster,
+    ready,
+    recorded_tokens,
+    tracebacks,
+    wait_until,
+    wait_until_async,
+)
+
+PROJECT, REGION, ZONE, CLUSTER = "demo-project", "us-central1", "us-central1-a", "c1"
+GKE = f"{{project: {PROJECT}, location: {REGION}, cluster: {CLUSTER}"
+POOLS = f"""\
+nodePools:
+  - name: tpu
+    machineType: ct5lp-hightpu-4t
+    tpuTopology: 2x4
+    zone: {ZONE}
+    maxUnits: 6
+    gke: {GKE}, mode: slice}}
+  - name: l4
+    machineType: g2-standard-8
+    zone: {ZONE}
+    maxUnits: 8
+    gke: {GKE}, mode: resize-request, nodePool: l4}}
+"""
+L4_TEMPLATE = {"containers": [{"name": "w", "image": "trainer:v1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+NODE_POOLS = r"/clusters/c1/nodePools$"
+OPERATION = r"/locations/us-central1/operations/operation-"
+
+
+@contextlib.asynccontextmanager
+async def gke_cluster(workdir: Path) -> AsyncIterator[tuple[Cluster, FakeGcp]]:
+    async with crash_cluster(workdir) as cluster:
+        cluster.pools.write_text(POOLS)
+        gcp = FakeGcp(SystemClock(), cluster.http, project=PROJECT)
+        gcp.faults.ready_seconds = 0.3
+        set_up(gcp, parse_pool_yaml(POOLS).pools)
+        await gcp.start()
+        try:
+            yield cluster, gcp
+        finally:
+            await gcp.stop()
+
+
+async def start(cluster: Cluster, gcp: FakeGcp) -> Any:
+    host = gcp.url.removeprefix("http://")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "GCE_"))}
+    env |= {"GCE_METADATA_HOST": host, "GCE_METADATA_IP": host, "CLOUDSDK_CONFIG": str(cluster.workdir / "gcloud")}
+    return await cluster.start_gangscale("--provider", "gke", "--gke-container-endpoint", gcp.url,
+                                         "--gke-compute-endpoint", f"{gcp.url}/compute/v1", env=env)
+
+
+async def kill_when_held(cluster: Cluster, gcp: FakeGcp, hold: Hold, run: Any) -> None:
+    await wait_until(hold.held.is_set, f"a call to be held ({hold.method} {hold.path})")
+    await run.kill()
+    hold.released.set()  # dropped unapplied: the killed process never got an answer
+
+
+def ours(gcp: FakeGcp) -> dict[str, str]:
+    """Node pools and VMs gangscale made that exist now: name -> the claim of the token in the name."""
+    cluster = gcp.state.cluster(REGION, CLUSTER)
+    assert cluster is not None
+    made = [name for name in cluster.pools if name.startswith("gs-")]
+    made += [vm.name for vm in gcp.state.vms.values() if vm.name.startswith("gs-")]
+    return {name: name.split("-")[1] for name in made}
+
+
+async def outcome(cluster: Cluster, name: str, gcp: FakeGcp) -> bool:
+    provisioned = await cluster.condition(name, "Provisioned")
+    if provisioned is None:
+        return False
+    return provisioned["status"] == "True" or (provisioned["reason"] == "CapacityIsNotFound" and not ours(gcp))
+
+
+async def judge(cluster: Cluster, gcp: FakeGcp, name: str, units: int, hosts: int) -> bool:
+    """True if provisioned (with exactly its units), False if not (with nothing left); fails on anything else."""
+    provisioned = await cluster.condition(name, "Provisioned")
+    assert provisioned is not None
+    claims = {names.claim(token) for token in recorded_tokens(await cluster.pr(name))}
+    made = ours(gcp)
+    if provisioned["status"] != "True":
+        assert made == {}, f"not provisioned ({provisioned['message']}) but left behind: {made}"
+        return False
+    assert set(made.values()) <= claims, f"node pools or VMs of no recorded scale-up: {made}"
+    slices = [n for n in made if not any(vm.name == n for vm in gcp.state.vms.values())]
+    assert len(slices or made) == units, f"{len(slices or made)} units made for {units}: {sorted(made)}"
+    nodes = {n["metadata"]["name"]: n for n in await cluster.list_nodes()}
+    gs_nodes = [n for n, obj in nodes.items()
+                if obj["metadata"]["labels"].get("cloud.google.com/gke-nodepool", "").startswith("gs-")
+                or n.startswith("gs-")]
+    assert len(gs_nodes) == units * hosts and all(ready(nodes[n]) for n in gs_nodes), gs_nodes
+    return True
+
+
+SLICE_POINTS = [
+    pytest.param(Hold("POST", NODE_POOLS), {}, id="before-the-first-create"),
+    pytest.param(Hold("GET", OPERATION), {}, id="after-the-create-call"),
+    pytest.param(Hold("GET", OPERATION, skip=1), {"operation_seconds": 2.0}, id="while-polling"),
+    pytest.param(Hold("POST", r"/listManagedInstances$"), {}, id="after-done"),
+    pytest.param(Hold("POST", NODE_POOLS, skip=1), {}, id="after-the-first-slice"),
+    pytest.param(Hold("DELETE", r"/nodePools/gs-"), {"stock": 2}, id="during-the-rollback"),
+]
+
+
+@pytest.mark.parametrize(("hold", "faults"), SLICE_POINTS)
+async def test_a_two_slice_gang_is_whole_or_absent_after_a_kill(tmp_path: Path, hold: Hold,
+                                                                faults: dict[str, Any]) -> None:
+    async with gke_cluster(tmp_path) as (cluster, gcp):
+        gcp.faults.operation_seconds = faults.get("operation_seconds", 0.0)
+        if "stock" in faults:
+            gcp.faults.stock[(ZONE, "ct5lp-hightpu-4t")] = faults["stock"]
+        gcp.holds.append(hold)
+        await cluster.template("slice-host", TPU_TEMPLATE)
+        first = await start(cluster, gcp)
+        await cluster.provreq("multislice", "slice-host", 4)
+        await kill_when_held(cluster, gcp, hold, first)
+
+        second = await start(cluster, gcp)
+        await wait_until_async(lambda: outcome(cluster, "multislice", gcp), "the gang's outcome")
+        provisioned = await judge(cluster, gcp, "multislice", units=2, hosts=2)
+        assert provisioned == ("stock" not in faults)
+        assert await second.stop() == 0 and tracebacks(second) == []
+
+
+RESIZE_POINTS = [
+    pytest.param(Hold("POST", r"/resizeRequests$"), id="before-the-resize-request"),
+    pytest.param(Hold("GET", r"/zones/us-central1-a/operations/"), id="after-the-resize-request"),
+    pytest.param(Hold("GET", r"/resizeRequests/gs-"), id="while-polling-the-request"),
+]
+
+
+@pytest.mark.parametrize("hold", RESIZE_POINTS)
+async def test_six_gpu_vms_are_all_there_or_none_after_a_kill(tmp_path: Path, hold: Hold) -> None:
+    async with gke_cluster(tmp_path) as (cluster, gcp):
+        gcp.holds.append(hold)
+        await cluster.template("l4-worker", L4_TEMPLATE)
+        first = await start(cluster, gcp)
+        await cluster.provreq("gpu-gang", "l4-worker", 6)
+        await kill_when_held(cluster, gcp, hold, first)
+
+        second = await start(cluster, gcp)
+        await wait_until_async(lambda: outcome(cluster, "gpu-gang", gcp), "the gang's outcome")
+        assert await judge(cluster, gcp, "gpu-gang", units=6, hosts=1)
+        requests = [rr.name for mig in gcp.state.migs.values() for rr in mig.resize_requests.values()]
+        assert len(requests) == 1, requests  # the repeat after the restart found the first one's, or made it
+        assert await second.stop() == 0 and tracebacks(second) == []
