@@ -98,6 +98,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
                       help="pace the run at N simulated seconds per real second (default: as fast as possible)")
     demo.add_argument("--json", dest="json_path", default=None,
                       help="also write the timelines, tables and totals as JSON to this file")
+    demo.add_argument("--provider", choices=("simulated", "gke"), default="simulated",
+                      help="gangscale's node-pool provider: simulated, or gke against the fake GKE and Compute "
+                           "control plane (each pool becomes a GKE pool; not with --baseline)")
     demo.add_argument("--quiet", action="store_true", help="print only the tables, not the timelines")
     demo.add_argument("--verbose", action="store_true", help="show the controller's logs (INFO) on stderr")
 

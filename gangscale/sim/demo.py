@@ -38,8 +38,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print("gangscale demo: --speed must be positive", file=sys.stderr)
         return 2
     print(f"scenario {scenario.name}: {scenario.description.strip()}\n", file=out)
+    provider = getattr(args, "provider", "simulated")
+    if provider != "simulated" and args.baseline:
+        print("gangscale demo: --baseline compares on the simulated provider only", file=sys.stderr)
+        return 2
     modes = (GANGSCALE, BASELINE) if args.baseline else (GANGSCALE,)
-    results = asyncio.run(simulate(scenario, modes, speed=args.speed, quiet=args.quiet, out=out))
+    results = asyncio.run(simulate(scenario, modes, speed=args.speed, quiet=args.quiet, out=out, provider=provider))
     if len(results) > 1:
         print(render_comparison(results), file=out)
     if args.json_path:
@@ -50,11 +54,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 async def simulate(scenario: Scenario, modes: tuple[str, ...], *, speed: float | None, quiet: bool,
-                   out: TextIO) -> list[RunResult]:
+                   out: TextIO, provider: str = "simulated") -> list[RunResult]:
     results: list[RunResult] = []
     for mode in modes:
         started = time.perf_counter()
-        result = await run_scenario(scenario, mode=mode, speed=speed)
+        result = await run_scenario(scenario, mode=mode, speed=speed, provider=provider)
         results.append(result)
         if not quiet:
             print(render_timeline(result) + "\n", file=out)

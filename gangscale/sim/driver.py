@@ -37,8 +37,15 @@ from gangscale.kube.client import make_http
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics
+from gangscale.providers.base import NodePoolProvider
+from gangscale.providers.gke.auth import StaticToken
+from gangscale.providers.gke.client import Endpoints
+from gangscale.providers.gke.provider import GkeProvider
 from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver import EmbeddedAPIServer
+from gangscale.sim.gcp import FakeGcp
+from gangscale.sim.gcp.standalone import project_of, set_up
+from gangscale.sim.gkedemo import Capacity, configure
 from gangscale.sim.quiet import until_quiet
 from gangscale.sim.world import Component, Timeline
 
@@ -69,7 +76,11 @@ class SimCluster:
     kubeconfig: Path
     pools: tuple[NodePool, ...]
     timeline: Timeline
-    provider: SimulatedProvider | None = None
+    provider: NodePoolProvider | None = None
+    #: The fake GKE + Compute control plane, when the run uses the gke provider (:meth:`start_gke_provider`), and
+    #: the scenario's stock per pool folded into it.
+    gcp: FakeGcp | None = None
+    capacity: Capacity | None = None
     controller: Controller | None = None
     components: list[Component] = field(default_factory=list)
     _clients: list[KubeHTTP] = field(default_factory=list)
@@ -92,9 +103,24 @@ class SimCluster:
         return http
 
     async def start_provider(self) -> SimulatedProvider:
-        self.provider = SimulatedProvider(await self.client("gangscale-simulated-cloud"), self.pools, self.clock)
-        await self.provider.start()
-        return self.provider
+        provider = SimulatedProvider(await self.client("gangscale-simulated-cloud"), self.pools, self.clock)
+        self.provider = provider
+        await provider.start()
+        return provider
+
+    async def start_gke_provider(self) -> GkeProvider:
+        """The gke provider against the fake control plane, both on this cluster's clock; the pools need gke
+        blocks (:mod:`gangscale.sim.gkedemo`)."""
+        gcp = FakeGcp(self.clock, await self.client("gke-kubelets"), project=project_of(self.pools))
+        set_up(gcp, self.pools)
+        self.capacity = configure(gcp, self.pools)
+        await gcp.start()
+        self.gcp = gcp
+        provider = GkeProvider(self.pools, self.clock, tokens=StaticToken(gcp.token),
+                               endpoints=Endpoints(container=gcp.url, compute=f"{gcp.url}/compute/v1"))
+        self.provider = provider
+        await provider.start()
+        return provider
 
     async def start_controller(self, settings: Settings) -> Controller:
         """The real controller, with the production client, on the simulated clock and cloud."""
@@ -188,9 +214,12 @@ class SimCluster:
         if self.controller is not None:
             controller = self.controller
             parts.append(("controller", lambda: controller.quiet))
-        if self.provider is not None:
+        if isinstance(self.provider, SimulatedProvider):
             provider = self.provider
             parts.append(("simulated cloud", lambda: not provider.busy))
+        if self.gcp is not None:
+            gcp = self.gcp
+            parts.append(("fake GCP", lambda: gcp.quiet))
         await until_quiet(self.server, parts)
 
     def _raise_if_stopped(self) -> None:
@@ -206,6 +235,8 @@ class SimCluster:
         self._tasks.clear()
         if self.provider is not None:
             await self.provider.aclose()
+        if self.gcp is not None:
+            await self.gcp.stop()
         for http in self._clients:
             await http.api_client.close()
         self._clients.clear()

@@ -14,11 +14,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gangscale.config import parse_pool_file
 from gangscale.controller.settings import Settings
 from gangscale.kube.errors import ApiError
 from gangscale.kube.transport import Resource
+from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.baseline import PerPodAutoscaler
 from gangscale.sim.driver import Action, SimCluster, sim_cluster
+from gangscale.sim.gkedemo import gke_pool_specs
 from gangscale.sim.jobs import JobEmulator
 from gangscale.sim.kueue.core import KueueCore
 from gangscale.sim.kueue.provisioning import ProvisioningCheck
@@ -34,6 +37,7 @@ JSON = dict[str, Any]
 
 GANGSCALE = "gangscale"
 BASELINE = "baseline"
+SIMULATED, GKE = "simulated", "gke"
 
 #: The controller's batch window in the demo: the defaults (1 s idle, 10 s max) unless the scenario says.
 #: The simulated Ray clusters have no head process, so there is no GCS to read: Ray demand comes from the
@@ -66,17 +70,23 @@ def controller_settings(scenario: Scenario) -> Settings:
 
 
 async def run_scenario(scenario: Scenario, *, mode: str = GANGSCALE, speed: float | None = None,
-                       workdir: Path | None = None) -> RunResult:
+                       workdir: Path | None = None, provider: str = SIMULATED) -> RunResult:
+    """Run ``scenario``; ``provider`` ``gke`` runs gangscale's gke provider against the fake GKE control plane
+    (:mod:`gangscale.sim.gkedemo`) instead of the simulated provider."""
+    if provider == GKE and mode == BASELINE:
+        raise ValueError("the baseline autoscaler runs only on the simulated provider")
+    pools = scenario.pools() if provider == SIMULATED else \
+        parse_pool_file({"nodePools": gke_pool_specs(scenario.node_pools)}).pools
     with tempfile.TemporaryDirectory(prefix="gangscale-demo-") as tmp:
-        async with sim_cluster(workdir or Path(tmp), scenario.pools()) as sim:
-            return await _run(sim, scenario, mode, speed)
+        async with sim_cluster(workdir or Path(tmp), pools) as sim:
+            return await _run(sim, scenario, mode, speed, provider)
 
 
-async def _run(sim: SimCluster, scenario: Scenario, mode: str, speed: float | None) -> RunResult:
+async def _run(sim: SimCluster, scenario: Scenario, mode: str, speed: float | None, provider_name: str) -> RunResult:
     start = sim.now
     for obj in kueue_objects(scenario, baseline=mode == BASELINE):
         await _create(sim, obj)
-    provider = await sim.start_provider()
+    provider = await (sim.start_provider() if provider_name == SIMULATED else sim.start_gke_provider())
     for change in scenario.cloud:
         sim.schedule(start + change.at, f"cloud change in {change.pool}", _cloud_action(sim, change))
     http = await sim.client("kueue-manager")
@@ -127,7 +137,10 @@ def ray_scripts(scenario: Scenario, start: float) -> dict[tuple[str, str], tuple
 def _cloud_action(sim: SimCluster, change: CloudChange) -> Action:
     async def act(now: float) -> None:
         provider = sim.provider
-        assert provider is not None
+        if not isinstance(provider, SimulatedProvider):
+            _gke_cloud_change(sim, change)
+            sim.timeline.add(now, "cloud", change.pool, _describe(change))
+            return
         faults = provider.faults(change.pool)
         if change.unlimited:
             provider.set_stock(change.pool, None)
@@ -143,6 +156,21 @@ def _cloud_action(sim: SimCluster, change: CloudChange) -> Action:
             provider.set_provision_seconds(change.pool, change.provision_seconds)
         sim.timeline.add(now, "cloud", change.pool, _describe(change))
     return act
+
+
+def _gke_cloud_change(sim: SimCluster, change: CloudChange) -> None:
+    """A scenario's cloud change on the fake GKE: stock and stockouts of the pool's zone and machine type, and the
+    time nodes take to turn Ready; the rest is not modelled there (:mod:`gangscale.sim.gkedemo`)."""
+    gcp, capacity = sim.gcp, sim.capacity
+    assert gcp is not None and capacity is not None
+    if change.unlimited:
+        capacity.set(change.pool, None)
+    elif change.stock is not None:
+        capacity.set(change.pool, change.stock)
+    if change.stockout:
+        capacity.set(change.pool, 0)
+    if change.provision_seconds is not None:
+        gcp.faults.ready_seconds = change.provision_seconds
 
 
 def _describe(change: CloudChange) -> str:

@@ -89,3 +89,17 @@ def test_demo_paced_by_speed_gives_the_same_outcome(tmp_path: Path, capsys: pyte
     capsys.readouterr()
     rows = [json.loads(p.read_text())["runs"][0]["workloads"] for p in (fast, paced)]
     assert rows[0] == rows[1]
+
+
+def test_demo_on_the_gke_provider_runs_the_scenario_through_the_fake_gke(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    out_json = tmp_path / "run.json"
+    assert main(["demo", "--scenario", str(scenario), "--provider", "gke", "--quiet", "--json", str(out_json)]) == 0
+    assert "1/1 workloads finished" in capsys.readouterr().out
+    (run,) = json.loads(out_json.read_text())["runs"]
+    assert {n["pool"] for n in run["nodes"]} == {"tpu"} and len(run["nodes"]) == 2
+    assert all(n["name"].startswith("gke-demo-gs-") for n in run["nodes"])  # VMs of a GKE node pool of its own
+    assert main(["demo", "--scenario", str(scenario), "--provider", "gke", "--baseline"]) == 2
+    assert "--baseline compares on the simulated provider only" in capsys.readouterr().err

@@ -13,8 +13,8 @@ from gangscale.sim.world import ARRIVED, FINISHED, POD_STARTED, PREEMPTED, RUNNI
 NS = "default"
 
 
-async def run(name: str, mode: str = GANGSCALE) -> RunResult:
-    result = await run_scenario(load_scenario(name), mode=mode)
+async def run(name: str, mode: str = GANGSCALE, provider: str = "simulated") -> RunResult:
+    result = await run_scenario(load_scenario(name), mode=mode, provider=provider)
     assert result.unsettled == 0
     return result
 
@@ -42,8 +42,11 @@ def assert_gangs_ready_together(result: RunResult) -> None:
         assert len(new) <= 1, f"{subject}: its new nodes turned Ready at {sorted(new)}"
 
 
-async def test_tpu_multislice_runs_three_slices_alone_then_one_and_two_together() -> None:
-    result = await run("tpu-multislice")
+@pytest.mark.parametrize("provider", ["simulated", "gke"])
+async def test_tpu_multislice_runs_three_slices_alone_then_one_and_two_together(provider: str) -> None:
+    """The same outcome with either provider: on ``gke`` each slice is a node pool of the fake GKE, and the
+    scenario's stock is the zone's."""
+    result = await run("tpu-multislice", provider=provider)
     assert result.finished
     three_done = at(result, FINISHED, "multislice-3slice")
     assert at(result, RUNNING, "multislice-3slice") < three_done
