@@ -54,6 +54,9 @@ from gangscale.kube.client import make_http  # noqa: E402
 from gangscale.kube.reflector import Reflector, ReflectorEvent  # noqa: E402
 from gangscale.kube.resources import PROVREQS  # noqa: E402
 from gangscale.kube.transport import KubeHTTP  # noqa: E402
+from gangscale.providers.gke.auth import StaticToken  # noqa: E402
+from gangscale.providers.gke.client import Endpoints  # noqa: E402
+from gangscale.providers.gke.provider import GkeProvider  # noqa: E402
 from gangscale.providers.simulated import SimulatedProvider  # noqa: E402
 from gangscale.sim.apiserver import EmbeddedAPIServer  # noqa: E402
 
@@ -64,6 +67,16 @@ nodePools:
     zone: zone-a
     maxUnits: 100000
     simulated: {provisionSeconds: 0}
+"""
+#: The same pool on the gke provider: VMs added to the existing node pool "gpu" by one resize request per PR,
+#: against ``gangscale sim gcp`` (zero delays) in a process of its own.
+GKE_POOLS = """
+nodePools:
+  - name: gpu
+    machineType: a3-highgpu-8g
+    zone: us-central1-a
+    maxUnits: 100000
+    gke: {project: demo-project, location: us-central1, cluster: bench, mode: resize-request, nodePool: gpu}
 """
 TEMPLATE = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "worker"},
             "template": {"spec": {"containers": [{"name": "w", "image": "x",
@@ -76,6 +89,18 @@ def provreq(name: str, pods: int) -> dict[str, Any]:
     return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest", "metadata": {"name": name},
             "spec": {"provisioningClassName": "atomic-scale-up.gangscale.io",
                      "podSets": [{"podTemplateRef": {"name": "worker"}, "count": pods}]}}
+
+
+def call_kind(url: str) -> str:
+    """A Google API call's resource kind: its last collection, and ``{id}`` when it names one object
+    (``projects/P/zones/Z/instanceGroupManagers/M/resizeRequests/R`` -> ``resizeRequests/{id}``)."""
+    parts = url.split("?", maxsplit=1)[0].split("/projects/", 1)[-1].split("/")[1:]
+    collections, ids = parts[0::2], parts[1::2]
+    if not collections:
+        return "projects/{id}"
+    verb = collections[-1].split(":", 1)
+    return collections[-1] + ("/{id}" if len(ids) == len(collections) else "") if len(verb) == 1 else \
+        f"{verb[0]}:{verb[1]}"
 
 
 def resource_of(path: str) -> str:
@@ -142,6 +167,7 @@ class Bench:
 
     kubeconfig: str
     batch_idle: float
+    provider_name: str = "simulated"
     writes: Counter[str] = field(default_factory=Counter)
     sent: dict[str, float] = field(default_factory=dict)
     done: dict[str, float] = field(default_factory=dict)
@@ -153,8 +179,16 @@ class Bench:
         count_writes(ctl_http, "gangscale", self.writes)
         count_writes(cloud_http, "cloud", self.writes)
         clock = SystemClock()
-        pools = parse_pool_yaml(POOLS).pools
-        self.provider = SimulatedProvider(cloud_http, pools, clock)
+        self.fake: asyncio.subprocess.Process | None = None
+        if self.provider_name == "gke":
+            pools = parse_pool_yaml(GKE_POOLS).pools
+            url = await self._start_fake()
+            self.provider: SimulatedProvider | GkeProvider = GkeProvider(
+                pools, clock, tokens=StaticToken("fake-token"),
+                endpoints=Endpoints(container=url, compute=f"{url}/compute/v1"))
+        else:
+            pools = parse_pool_yaml(POOLS).pools
+            self.provider = SimulatedProvider(cloud_http, pools, clock)
         settings = Settings(batch_idle=self.batch_idle, batch_max=self.batch_idle * 10)
         self.controller = Controller(ctl_http, self.provider, pools, settings=settings, clock=clock)
         self.watch = Reflector(self.client, PROVREQS)
@@ -166,11 +200,40 @@ class Bench:
             await asyncio.sleep(0.01)
         return self
 
+    async def _start_fake(self) -> str:
+        """``gangscale sim gcp`` for the gke pool, registering VMs as Nodes in the benchmark's API server."""
+        pools = Path(self.kubeconfig).parent / "gke-pools.yaml"
+        pools.write_text(GKE_POOLS)
+        self.fake = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gangscale.cli", "sim", "gcp", "--config", str(pools), "--kubeconfig",
+            self.kubeconfig, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        assert self.fake.stdout is not None
+        while True:
+            line = (await asyncio.wait_for(self.fake.stdout.readline(), 30)).decode()
+            if not line:
+                raise RuntimeError("gangscale sim gcp exited before serving")
+            if line.startswith("fake GCP listening on"):
+                self._drain = asyncio.create_task(self.fake.stdout.read())
+                return line.split()[-1]
+
+    def cloud_calls(self) -> Counter[str]:
+        """The provider's calls to the Google APIs by kind (ids left out of the path)."""
+        if not isinstance(self.provider, GkeProvider):
+            return Counter()
+        kinds: Counter[str] = Counter()
+        for method, url in self.provider.calls:
+            kinds[f"{method} {call_kind(url)}"] += 1
+        return kinds
+
     async def __aexit__(self, *exc: object) -> None:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.provider.aclose()
+        if self.fake is not None:
+            self.fake.send_signal(signal.SIGINT)
+            await asyncio.wait_for(self.fake.wait(), 30)
+            await self._drain
         for client in self.clients:
             await client.api_client.close()
 
@@ -199,11 +262,12 @@ class Bench:
                 "max_s": round(lat[-1], 4), "passes": self.controller.passes,
                 "controller_pass_s": round(self.controller.pass_seconds, 3),
                 "writes_per_pr": {k: round(v / len(names), 2) for k, v in sorted(self.writes.items())},
+                "cloud_calls_per_pr": {k: round(v / len(names), 2) for k, v in sorted(self.cloud_calls().items())},
                 "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
-async def single(kubeconfig: str, runs: int, pods: int, batch_idle: float) -> dict[str, Any]:
-    async with Bench(kubeconfig, batch_idle) as bench:
+async def single(kubeconfig: str, runs: int, pods: int, batch_idle: float, provider: str) -> dict[str, Any]:
+    async with Bench(kubeconfig, batch_idle, provider) as bench:
         names = []
         for i in range(runs):
             name = f"one-{i:04d}"
@@ -213,8 +277,8 @@ async def single(kubeconfig: str, runs: int, pods: int, batch_idle: float) -> di
         return {"mode": "single", "prs": runs, "nodes_per_pr": pods, **bench.stats(names)}
 
 
-async def burst(kubeconfig: str, count: int, pods: int, batch_idle: float) -> dict[str, Any]:
-    async with Bench(kubeconfig, batch_idle) as bench:
+async def burst(kubeconfig: str, count: int, pods: int, batch_idle: float, provider: str) -> dict[str, Any]:
+    async with Bench(kubeconfig, batch_idle, provider) as bench:
         slots = asyncio.Semaphore(64)
         names = [f"pr-{i:05d}" for i in range(count)]
 
@@ -236,15 +300,18 @@ def show(row: dict[str, Any]) -> None:
           f"max {row['max_s'] * 1000:8.1f} ms{wall}  passes {row['passes']} ({row['controller_pass_s']:.2f} s)  "
           f"peak RSS {row['peak_rss_mib']} MiB", flush=True)
     print("      writes per PR: " + ", ".join(f"{k} {v:g}" for k, v in row["writes_per_pr"].items()), flush=True)
+    if row["cloud_calls_per_pr"]:
+        print("      cloud calls per PR: " + ", ".join(f"{k} {v:g}" for k, v in row["cloud_calls_per_pr"].items()),
+              flush=True)
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     runs: list[Callable[[str], Awaitable[dict[str, Any]]]] = []
     if args.single:
-        runs.append(lambda kc: single(kc, args.single, args.nodes_per_pr, args.batch_idle))
+        runs.append(lambda kc: single(kc, args.single, args.nodes_per_pr, args.batch_idle, args.provider))
     for count in args.counts:
-        runs.append(lambda kc, count=count: burst(kc, count, args.nodes_per_pr, args.batch_idle))
+        runs.append(lambda kc, count=count: burst(kc, count, args.nodes_per_pr, args.batch_idle, args.provider))
     for run in runs:
         with tempfile.TemporaryDirectory() as tmp:
             window = max(1000, max(args.counts, default=0) * args.nodes_per_pr * 10)
@@ -261,6 +328,8 @@ def main() -> int:
     parser.add_argument("--nodes-per-pr", type=int, default=1)
     parser.add_argument("--single", type=int, default=20, help="PRs one after another (0: skip)")
     parser.add_argument("--apiserver", choices=("process", "inprocess"), default="process")
+    parser.add_argument("--provider", choices=("simulated", "gke"), default="simulated",
+                        help="gke: the gke provider against `gangscale sim gcp` (zero delays) in its own process")
     parser.add_argument("--kubeconfig", default=None, help="run against this server instead")
     parser.add_argument("--batch-idle", type=float, default=1.0)
     parser.add_argument("--json", type=Path, default=None)

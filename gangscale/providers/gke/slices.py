@@ -51,9 +51,9 @@ class Slices:
     async def obtain(self, gp: GkePool, units: int, token: str, deadline: float) -> Obtained:
         unit_names = [names.unit_name(token, i) for i in range(units)]
         try:
-            for index, name in enumerate(unit_names):
-                await self._ensure(gp, name, self._body(gp, token, index, units), token, deadline)
-            made = [await self._unit(gp, await self._get(gp, name)) for name in unit_names]
+            running = [await self._ensure(gp, name, self._body(gp, token, index, units), token, deadline)
+                       for index, name in enumerate(unit_names)]
+            made = [await self._unit(gp, pool) for pool in running]
         except ProviderError as exc:
             if exc.error_class is ErrorClass.TRANSIENT:
                 raise  # outcome unknown: the caller repeats the obtain with the same token
@@ -90,8 +90,8 @@ class Slices:
             body["placementPolicy"] = {"type": "COMPACT", "tpuTopology": gp.pool.tpu_topology}
         return body
 
-    async def _ensure(self, gp: GkePool, name: str, body: JSON, token: str, deadline: float) -> None:
-        """Create the slice's node pool (or adopt it, made by an earlier try) and wait until it runs."""
+    async def _ensure(self, gp: GkePool, name: str, body: JSON, token: str, deadline: float) -> JSON:
+        """Create the slice's node pool (or adopt it, made by an earlier try), wait until it runs, return it."""
         try:
             op: JSON | None = await while_busy(
                 lambda: self.http.container("POST", f"{gp.cluster_path}/nodePools", body={"nodePool": body}),
@@ -113,6 +113,7 @@ class Slices:
             raise from_http(exc, gp.name, rolled_back=False) from exc
         if pool.get("status") != "RUNNING":
             raise from_text(_pool_problem(pool), gp.name)
+        return pool
 
     async def _adopt(self, gp: GkePool, name: str, token: str) -> JSON | None:
         """A pool of this name exists: ours (an earlier try of this token) is adopted, with its running create."""

@@ -82,3 +82,15 @@ async def test_resize_mode_creates_the_named_vms_and_deletes_them(
             1 for vm in c.gcp.state.vms.values() if vm.name.startswith("gs-")) == 3
         await c.drive(c.provider.release("cpu", vms, token=TOKEN))
         assert await c.drive((await c.restarted()).lookup(TOKEN)) is None
+
+
+async def test_a_slice_costs_four_cloud_calls_when_nothing_waits(
+        clock: ManualClock, apiserver: EmbeddedAPIServer, http: KubeHTTP) -> None:
+    """Create the node pool, see its operation DONE, read the pool, list its VMs: the calls docs/benchmarks.md
+    counts per slice (with a zero-delay cloud)."""
+    async with cloud(clock, apiserver, http) as c:
+        before = len(c.provider.calls)
+        await c.drive(c.provider.obtain("tpu", 3, token=TOKEN, deadline=c.deadline()))
+        calls = [(method, url.rsplit("/", 1)[-1].split("-")[0]) for method, url in c.provider.calls[before:]]
+        assert calls == [("POST", "nodePools"), ("GET", "operation"), ("GET", "gs")] * 3 + \
+            [("POST", "listManagedInstances")] * 3
