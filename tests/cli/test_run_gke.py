@@ -10,6 +10,7 @@ Everything runs on the wall clock; the waits are hang guards.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -22,6 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gangscale.clock import SystemClock
+from gangscale.config import load_pool_file
+from gangscale.sim.gcp import FakeGcp
 from tests.cli.test_kubectl import HANG_GUARD, KUBECTL, Lines, kubectl
 from tests.cli.test_run_command import _condition, _ready, _wait
 
@@ -194,3 +198,57 @@ def test_a_tpu_gang_gets_two_slice_pools_an_impossible_one_no_call_and_a_gpu_gan
     assert request["state"] == "SUCCEEDED" and len(request["instances"]) == 6
     l4 = [n for n, labels in ready_nodes(kubeconfig).items() if labels["cloud.google.com/gke-nodepool"] == "l4"]
     assert sorted(l4) == sorted(i["name"] for i in request["instances"])
+
+
+def gcp_env(url: str, tmp_path: Path) -> dict[str, str]:
+    host = url.removeprefix("http://")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "GCE_"))}
+    return env | {"GCE_METADATA_HOST": host, "GCE_METADATA_IP": host, "CLOUDSDK_CONFIG": str(tmp_path / "gcloud")}
+
+
+async def test_pools_from_gke_writes_a_pool_file_and_leaves_out_an_autoscaled_pool(tmp_path: Path) -> None:
+    gcp = FakeGcp(SystemClock(), None, project=PROJECT)
+    gcp.add_cluster(REGION, CLUSTER, [ZONE, "us-central1-b"])
+    gcp.add_node_pool((REGION, CLUSTER), "v5e", machine_type="ct5lp-hightpu-4t", zones=[ZONE], tpu_topology="2x4",
+                      labels={"team": "ml"})
+    gcp.add_node_pool((REGION, CLUSTER), "l4", machine_type="g2-standard-8", zones=[ZONE, "us-central1-b"])
+    gcp.add_node_pool((REGION, CLUSTER), "auto", machine_type="g2-standard-8", zones=[ZONE],
+                      autoscaling_enabled=True)
+    await gcp.start()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gangscale.cli", "pools", "--from-gke", f"{PROJECT}/{REGION}/{CLUSTER}",
+            "--gke-container-endpoint", gcp.url, env=gcp_env(gcp.url, tmp_path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), HANG_GUARD)
+    finally:
+        await gcp.stop()
+    assert proc.returncode == 0, err.decode()
+    assert "left out auto: GKE's cluster autoscaler manages it" in err.decode()
+    written = tmp_path / "pools.yaml"
+    written.write_text(out.decode())
+    pools = {p.name: p for p in parse_pool_file(written)}
+    assert sorted(pools) == ["l4-a", "l4-b", "v5e"]
+    assert pools["v5e"].provider["gke"] == {"project": PROJECT, "location": REGION, "cluster": CLUSTER,
+                                            "mode": "slice", "nodePool": "v5e"}
+    assert pools["v5e"].nodes_per_unit == 2 and pools["v5e"].labels["team"] == "ml"
+    assert (pools["l4-b"].zone, pools["l4-b"].provider["gke"]["mode"]) == ("us-central1-b", "resize-request")
+    checked = await asyncio.create_subprocess_exec(sys.executable, "-m", "gangscale.cli", "pools", str(written),
+                                                   stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, problems = await asyncio.wait_for(checked.communicate(), HANG_GUARD)
+    assert checked.returncode == 0, problems.decode()
+
+
+def parse_pool_file(path: Path) -> tuple[Any, ...]:
+    return load_pool_file(str(path)).pools
+
+
+def test_run_refuses_the_gke_provider_on_pools_without_a_gke_block(tmp_path: Path) -> None:
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(POOLS + "  - {name: plain, machineType: g2-standard-8, zone: z-a-1, maxUnits: 1}\n")
+    done = subprocess.run([sys.executable, "-m", "gangscale.cli", "run", "--config", str(pools), "--provider", "gke",
+                           "--kubeconfig", str(tmp_path / "none")], capture_output=True, text=True,
+                          timeout=HANG_GUARD, check=False)
+    assert done.returncode == 2
+    assert "--provider gke needs a gke: block (project, location, cluster, mode) on every pool" in done.stderr
+    assert "has none on plain" in done.stderr
