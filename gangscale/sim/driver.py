@@ -112,7 +112,7 @@ class SimCluster:
         """The gke provider against the fake control plane, both on this cluster's clock; the pools need gke
         blocks (:mod:`gangscale.sim.gkedemo`)."""
         gcp = FakeGcp(self.clock, await self.client("gke-kubelets"), project=project_of(self.pools))
-        set_up(gcp, self.pools)
+        set_up(gcp, self.pools, label_pools=True)
         self.capacity = configure(gcp, self.pools)
         await gcp.start()
         self.gcp = gcp

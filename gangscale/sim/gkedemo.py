@@ -2,8 +2,10 @@
 
 Each pool of the scenario becomes a pool with a ``gke:`` block on the fake cluster ``demo-project/us-central1/
 demo``: ``slice`` mode when a unit has several hosts (a multi-host TPU slice is a node pool of its own), else
-``resize-request`` on an existing node pool of the pool's name. A pool without a zone is put in
-``us-central1-a`` (the simulated provider's pools without a zone share one zone, so gangs may span them).
+``resize-request`` on an existing node pool of the pool's name, whose labels name the gangscale pool (so the
+demo's observer finds its nodes by that label). A pool without a zone is put in ``us-central1-a`` (the simulated
+provider's pools without a zone share one zone, so gangs may span them), and one with only an allocatable gets the
+smallest ``n2-standard`` machine type with its CPUs.
 
 Compute Engine's capacity is per zone and machine type, not per pool: the fake's stock of a (zone, machine type)
 is what the scenario's pools of that zone and machine type could have out at once — each pool's
@@ -35,11 +37,28 @@ def gke_pool_specs(specs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for raw in specs:
         spec = dict(raw)
         spec.setdefault("zone", ZONE)
+        if not spec.get("machineType"):
+            spec["machineType"] = cpu_machine(spec)
         hosts = parse_pool_file({"nodePools": [raw]}).pools[0].nodes_per_unit
         spec["gke"] = {"project": PROJECT, "location": REGION, "cluster": CLUSTER,
                        **({"mode": "slice"} if hosts > 1 else {"mode": "resize-request", "nodePool": spec["name"]})}
         out.append(spec)
     return out
+
+
+#: vCPU counts of the n2-standard machine types.
+N2_SIZES = (2, 4, 8, 16, 32, 48, 64, 80, 96, 128)
+
+
+def cpu_machine(spec: dict[str, Any]) -> str:
+    """A machine type for a pool the scenario gives only an allocatable: the smallest n2-standard with at least
+    its CPUs (its allocatable stays as the scenario wrote it)."""
+    cpus = float(parse_quantity_cpu(str((spec.get("allocatable") or {}).get("cpu", "2"))))
+    return f"n2-standard-{next((n for n in N2_SIZES if n >= cpus), N2_SIZES[-1])}"
+
+
+def parse_quantity_cpu(value: str) -> float:
+    return int(value[:-1]) / 1000 if value.endswith("m") else float(value)
 
 
 class Capacity:

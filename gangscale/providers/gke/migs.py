@@ -35,6 +35,8 @@ JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 CLEANUP_SECONDS = 1800.0
 WAITING_STATES = ("CREATING", "ACCEPTED")
+#: A resize request may wait for capacity for a long time: its polls grow to this (seconds).
+REQUEST_POLL_MAX = 30.0
 
 
 class Migs:
@@ -102,11 +104,9 @@ class Migs:
             raise ProviderError(ErrorClass.PERMANENT, "RESIZE_REQUEST_NAME_TAKEN",
                                 f"resize request {request.get('name')} exists and was not made for token {token}",
                                 pool=gp.name, rolled_back=False)
+        polls = self.waiter.schedule(REQUEST_POLL_MAX)
         while request.get("state") in WAITING_STATES:
-            now = self.clock.now()
-            if now >= deadline:
-                raise OperationTimeout(request)
-            await self.clock.sleep_until(min(deadline, now + self.waiter.interval))
+            await polls.pause(deadline, request)
             request = await self.http.compute("GET", url)
         return request
 
@@ -133,6 +133,7 @@ class Migs:
 
     async def _running(self, gp: GkePool, group: str, vms: set[str], deadline: float) -> None:
         """Until every VM runs; a VM whose last attempt failed for lack of capacity or quota fails them all."""
+        polls = self.waiter.schedule()
         while True:
             found = {str(mi.get("name")): mi for mi in await self._instances(group) if mi.get("name") in vms}
             failed = [e for mi in found.values() for e in
@@ -141,10 +142,7 @@ class Migs:
                 raise from_compute_errors(failed, gp.name)
             if len(found) == len(vms) and all(mi.get("instanceStatus") == "RUNNING" for mi in found.values()):
                 return
-            now = self.clock.now()
-            if now >= deadline:
-                raise OperationTimeout({"name": f"VMs of {gp.node_pool}"})
-            await self.clock.sleep_until(min(deadline, now + self.waiter.interval))
+            await polls.pause(deadline, {"name": f"VMs of {gp.node_pool}"})
 
     async def _instances(self, group: str) -> list[JSON]:
         out: list[JSON] = []

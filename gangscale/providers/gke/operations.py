@@ -28,6 +28,10 @@ class Waiter:
     def __init__(self, http: GcpHttp, clock: Clock, *, interval: float = 2.0, max_interval: float = 10.0) -> None:
         self.http, self.clock, self.interval, self.max_interval = http, clock, interval, max_interval
 
+    def schedule(self, longest: float | None = None) -> Polls:
+        """Pauses for a caller's own polling loop (a node pool's status, a resize request, VMs)."""
+        return Polls(self.clock, self.interval, longest or self.max_interval)
+
     async def container(self, operations_path: str, op: JSON, deadline: float) -> JSON:
         """Poll a GKE operation (``operations_path`` = ``/v1/projects/P/locations/L/operations``) until DONE."""
         name = str(op.get("name", "")).rsplit("/", 1)[-1]
@@ -54,6 +58,21 @@ class Waiter:
                 if exc.http_status not in TRANSIENT_HTTP:
                     raise
         return op
+
+
+class Polls:
+    """Pauses between polls: ``interval`` first, growing by half each time up to ``longest``, never past the
+    deadline; :meth:`pause` raises :class:`OperationTimeout` once the deadline has come."""
+
+    def __init__(self, clock: Clock, interval: float, longest: float) -> None:
+        self.clock, self.delay, self.longest = clock, interval, longest
+
+    async def pause(self, deadline: float, what: JSON) -> None:
+        now = self.clock.now()
+        if now >= deadline:
+            raise OperationTimeout(what)
+        await self.clock.sleep_until(min(deadline, now + self.delay))
+        self.delay = min(self.longest, self.delay * 1.5)
 
 
 def compute_path(url: str) -> str:

@@ -131,11 +131,9 @@ class Slices:
     async def _wait_pool(self, gp: GkePool, name: str, deadline: float) -> JSON:
         """The pool once it is no longer being made (its operation is DONE, or was not found)."""
         pool = await self._get(gp, name)
+        polls = self.waiter.schedule()
         while pool.get("status") in ("PROVISIONING", "RECONCILING"):
-            now = self.clock.now()
-            if now >= deadline:
-                raise OperationTimeout({"name": f"node pool {name}"})
-            await self.clock.sleep_until(min(deadline, now + self.waiter.interval))
+            await polls.pause(deadline, {"name": f"node pool {name}"})
             pool = await self._get(gp, name)
         return pool
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from gangscale.model.nodepool import NodePool
+from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.sim.gcp.server import FakeGcp
 
 
@@ -24,8 +24,10 @@ def project_of(pools: Sequence[NodePool]) -> str:
     return projects.pop()
 
 
-def set_up(gcp: FakeGcp, pools: Sequence[NodePool]) -> None:
-    """The clusters and existing node pools ``pools`` expect."""
+def set_up(gcp: FakeGcp, pools: Sequence[NodePool], *, label_pools: bool = False) -> None:
+    """The clusters and existing node pools ``pools`` expect. ``label_pools``: an existing node pool's config
+    labels name the gangscale pool (``gangscale.io/node-pool``), as an operator may set them, so its nodes are
+    found by that label too (the demo's observer does)."""
     zones: dict[tuple[str, str], set[str]] = defaultdict(set)
     existing: dict[tuple[str, str, str], dict[str, Any]] = {}
     for pool in pools:
@@ -37,10 +39,11 @@ def set_up(gcp: FakeGcp, pools: Sequence[NodePool]) -> None:
         if gke.get("nodePool"):
             found = existing.setdefault((*cluster, str(gke["nodePool"])),
                                         {"machine_type": pool.machine_type, "zones": set(),
-                                         "tpu_topology": pool.tpu_topology if pool.nodes_per_unit > 1 else ""})
+                                         "tpu_topology": pool.tpu_topology if pool.nodes_per_unit > 1 else "",
+                                         "labels": {POOL_LABEL: pool.name} if label_pools else None})
             found["zones"].add(pool.zone)
     for (location, cluster_name), cluster_zones in sorted(zones.items()):
         gcp.add_cluster(location, cluster_name, sorted(cluster_zones))
     for (location, cluster_name, name), spec in sorted(existing.items()):
         gcp.add_node_pool((location, cluster_name), name, machine_type=spec["machine_type"],
-                          zones=sorted(spec["zones"]), tpu_topology=spec["tpu_topology"])
+                          zones=sorted(spec["zones"]), tpu_topology=spec["tpu_topology"], labels=spec["labels"])
