@@ -27,7 +27,7 @@ from gangscale.clock import SystemClock
 from gangscale.config import load_pool_file
 from gangscale.sim.gcp import FakeGcp
 from tests.cli.test_kubectl import HANG_GUARD, KUBECTL, Lines, kubectl
-from tests.cli.test_run_command import _condition, _ready, _wait
+from tests.cli.test_run_command import TPU_GANG, _condition, _ready, _wait
 
 PROJECT, REGION, ZONE, CLUSTER = "demo-project", "us-central1", "us-central1-a", "c1"
 GKE = f"{{project: {PROJECT}, location: {REGION}, cluster: {CLUSTER}"
@@ -46,30 +46,6 @@ nodePools:
     gke: {GKE}, mode: resize-request, nodePool: l4}}
 """
 
-TPU_GANG = """\
-apiVersion: v1
-kind: PodTemplate
-metadata: {name: slice-worker, namespace: default}
-template:
-  spec:
-    nodeSelector:
-      cloud.google.com/gke-tpu-accelerator: tpu-v5-lite-podslice
-      cloud.google.com/gke-tpu-topology: 2x4
-    containers:
-    - name: worker
-      image: jax:latest
-      resources:
-        limits: {google.com/tpu: "4"}
----
-apiVersion: autoscaling.x-k8s.io/v1
-kind: ProvisioningRequest
-metadata: {name: multislice, namespace: default}
-spec:
-  provisioningClassName: atomic-scale-up.gangscale.io
-  podSets:
-  - podTemplateRef: {name: slice-worker}
-    count: 4
-"""
 IMPOSSIBLE = TPU_GANG.replace("name: multislice", "name: impossible").replace("count: 4", "count: 20")
 GPU_GANG = """\
 apiVersion: v1

@@ -24,6 +24,7 @@ from gangscale.config import parse_pool_yaml
 from gangscale.providers.gke import names
 from gangscale.sim.gcp import FakeGcp, Hold
 from gangscale.sim.gcp.standalone import set_up
+from tests.cli.test_run_gke import CLUSTER, GKE, PROJECT, REGION, ZONE
 from tests.crash.harness import (
     TPU_TEMPLATE,
     Cluster,
@@ -35,8 +36,6 @@ from tests.crash.harness import (
     wait_until_async,
 )
 
-PROJECT, REGION, ZONE, CLUSTER = "demo-project", "us-central1", "us-central1-a", "c1"
-GKE = f"{{project: {PROJECT}, location: {REGION}, cluster: {CLUSTER}"
 POOLS = f"""\
 nodePools:
   - name: tpu
