@@ -19,9 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
+import socket
 import sys
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -197,6 +200,21 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     flag("--ray-gcs", action=argparse.BooleanOptionalAction, default=_truthy(_env("ray-gcs", "true")),
          help="read pending placement groups from each RayCluster head's GCS (needs the gangscale[ray] extra)")
     flag("--ray-gcs-interval", default=_env("ray-gcs-interval", "5s"), help="how often the GCS is read")
+    flag("--leader-elect", action=argparse.BooleanOptionalAction, default=_truthy(_env("leader-elect", "true")),
+         help="elect one acting replica through a coordination.k8s.io/v1 Lease; the others stay synced on standby")
+    flag("--leader-elect-lease-duration", default=_env("leader-elect-lease-duration", "15s"),
+         help="a replica takes the lease once it has seen it unrenewed this long")
+    flag("--leader-elect-renew-deadline", default=_env("leader-elect-renew-deadline", "10s"),
+         help="the leader stops acting and exits if it could not renew the lease for this long")
+    flag("--leader-elect-retry-period", default=_env("leader-elect-retry-period", "2s"),
+         help="how often the lease is renewed, or tried for")
+    flag("--leader-elect-lease-name", default=_env("leader-elect-lease-name", "gangscale"), help="the Lease's name")
+    flag("--leader-elect-namespace", default=_env("leader-elect-namespace", None),
+         help="the Lease's namespace (default: the pod's namespace, else default)")
+    flag("--leader-elect-identity", default=_env("leader-elect-identity", None),
+         help="this replica's identity in the Lease (default: $POD_NAME, else hostname_<random>)")
+    flag("--api-unreachable-timeout", default=_env("api-unreachable-timeout", "60s"),
+         help="/readyz fails when no API request has succeeded for this long")
     flag("--log-format", default=_env("log-format", "json"), choices=("json", "text"), help="log line format")
     flag("--log-level", default=_env("log-level", "info"), help="debug, info, warning or error")
     flag("--for", dest="duration", type=float, default=None, help="stop after this many seconds (for demos and tests)")
@@ -206,6 +224,7 @@ def _run(args: argparse.Namespace) -> int:
     from gangscale.config import ConfigError, load_pool_file, parse_duration
     from gangscale.controller.app import RunOptions, serve
     from gangscale.controller.settings import Settings
+    from gangscale.kube.lease import LeaseConfig
     from gangscale.observe.logs import configure_logging
 
     try:
@@ -225,7 +244,8 @@ def _run(args: argparse.Namespace) -> int:
         durations = {name: parse_duration(getattr(args, name)) for name in (
             "batch_idle", "batch_max", "booking_ttl", "scale_down_unneeded_time", "max_node_provision_time",
             "retry_initial", "retry_max", "pool_backoff", "expiry", "terminal_ttl", "ray_batch_idle",
-            "ray_batch_max", "ray_gcs_interval")}
+            "ray_batch_max", "ray_gcs_interval", "leader_elect_lease_duration", "leader_elect_renew_deadline",
+            "leader_elect_retry_period", "api_unreachable_timeout")}
     except ValueError as exc:
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 2
@@ -245,11 +265,24 @@ def _run(args: argparse.Namespace) -> int:
         retry_max=durations["retry_max"], pool_backoff_initial=durations["pool_backoff"],
         expiry=durations["expiry"], terminal_ttl=durations["terminal_ttl"], ray=args.ray,
         ray_batch_idle=durations["ray_batch_idle"], ray_batch_max=durations["ray_batch_max"], ray_gcs=args.ray_gcs,
-        ray_gcs_interval=durations["ray_gcs_interval"])
+        ray_gcs_interval=durations["ray_gcs_interval"], api_unreachable_timeout=durations["api_unreachable_timeout"])
+    lease = None
+    if args.leader_elect:
+        identity = args.leader_elect_identity or os.environ.get("POD_NAME") or \
+            f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+        try:
+            lease = LeaseConfig(args.leader_elect_namespace or _pod_namespace(), args.leader_elect_lease_name,
+                                identity, lease_duration=durations["leader_elect_lease_duration"],
+                                renew_deadline=durations["leader_elect_renew_deadline"],
+                                retry_period=durations["leader_elect_retry_period"])
+        except ValueError as exc:
+            print(f"gangscale run: {exc}", file=sys.stderr)
+            return 2
+        settings = dataclasses.replace(settings, identity=identity)
     options = RunOptions(pool_file=pool_file, settings=settings, provider=args.provider, kubeconfig=args.kubeconfig,
                          context=args.context, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
                          duration=args.duration, gke_container_endpoint=args.gke_container_endpoint,
-                         gke_compute_endpoint=args.gke_compute_endpoint)
+                         gke_compute_endpoint=args.gke_compute_endpoint, lease=lease)
     try:
         return asyncio.run(serve(options))
     except RuntimeError as exc:
@@ -283,6 +316,17 @@ async def _pools_from_gke(where: str, endpoint: str | None) -> int:
         print(f"gangscale pools: left out {line}", file=sys.stderr)
     print(text, end="")
     return 0
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _pod_namespace() -> str:
+    """The namespace the pod runs in (its service account's), else ``$POD_NAMESPACE``, else ``default``."""
+    try:
+        return Path(SERVICE_ACCOUNT_NAMESPACE).read_text().strip() or "default"
+    except OSError:
+        return os.environ.get("POD_NAMESPACE") or "default"
 
 
 def _show_pools(path: str) -> int:

@@ -28,6 +28,10 @@ class Clock(Protocol):
         """Seconds since the epoch."""
         ...
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never steps back (for durations a wall-clock step must not bend: leases)."""
+        ...
+
     async def sleep(self, seconds: float) -> None: ...
 
     async def sleep_until(self, deadline: float) -> None:
@@ -86,6 +90,9 @@ class SystemClock:
     def now(self) -> float:
         return time.time()
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
@@ -102,6 +109,9 @@ class ManualClock:
         self._seq = itertools.count()
 
     def now(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
         return self._now
 
     def datetime(self) -> datetime:

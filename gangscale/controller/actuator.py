@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from gangscale.clock import Clock
@@ -28,6 +28,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class NotLeader(Exception):
+    """The lease is not (or no longer) held: no provider call or status write may be made (fencing)."""
+
+
+def always() -> bool:
+    return True
+
+
 class ScaleUpFailed(Exception):
     def __init__(self, failures: Sequence[ProviderError]) -> None:
         super().__init__("; ".join(str(f) for f in failures))
@@ -36,12 +44,18 @@ class ScaleUpFailed(Exception):
 
 class Actuator:
     def __init__(self, provider: NodePoolProvider, clock: Clock, metrics: Metrics, pools: Mapping[str, NodePool], *,
-                 attempts: int = 5) -> None:
+                 attempts: int = 5, fence: Callable[[], bool] = always) -> None:
         self.provider, self.clock, self.metrics, self.attempts = provider, clock, metrics, attempts
+        #: Whether this process may act now (it holds the leader lease): checked before every mutating call.
+        self.fence = fence
         self.pools = pools
         #: Units released, until the controller's view of the nodes has caught up with their deletion (it prunes
         #: this): a unit whose first hosts are gone from the cache and last ones not yet must not look broken.
         self.released: set[str] = set()
+
+    def _fenced(self) -> None:
+        if not self.fence():
+            raise NotLeader("this process does not hold the leader lease: no provider call")
 
     async def _timed(self, operation: str, call: Awaitable[T]) -> T:
         started = time.perf_counter()  # call latency is a real-time measurement, not a planning input
@@ -60,6 +74,7 @@ class Actuator:
     async def obtain_step(self, step: Step, deadline: float) -> Obtained:
         backoff = Backoff(initial=1.0, maximum=30.0)
         for attempt in range(1, self.attempts + 1):
+            self._fenced()
             try:
                 got = await self._timed("obtain", self.provider.obtain(step.pool, step.units, token=step.token,
                                                                          deadline=deadline))
@@ -85,6 +100,9 @@ class Actuator:
         failures = [r for r in results if isinstance(r, BaseException)]
         if not failures:
             return {step.token: r for step, r in zip(steps, results, strict=True) if isinstance(r, Obtained)}
+        if any(isinstance(f, NotLeader) for f in failures):
+            # Lost the lease mid-way: undoing is the next leader's job (it adopts the recorded intent).
+            raise NotLeader("the leader lease was lost during a scale-up")
         await self.release_steps(steps)
         errors = [f if isinstance(f, ProviderError) else ProviderError(
             ErrorClass.TRANSIENT, type(f).__name__, str(f), pool="?") for f in failures]
@@ -106,6 +124,7 @@ class Actuator:
     async def release(self, pool: str, unit_ids: Sequence[str], token: str) -> None:
         backoff = Backoff(initial=1.0, maximum=30.0)
         for attempt in range(1, self.attempts + 1):
+            self._fenced()
             try:
                 await self._timed("release", self.provider.release(pool, unit_ids, token=token))
                 self.released.update(unit_ids)

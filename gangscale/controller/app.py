@@ -14,6 +14,7 @@ from gangscale.config import PoolFile
 from gangscale.controller.loop import Controller
 from gangscale.controller.settings import Settings
 from gangscale.kube.client import make_http
+from gangscale.kube.lease import LeaseConfig, LeaseElector
 from gangscale.observe.metrics import Metrics
 from gangscale.observe.server import ObserveServer
 from gangscale.providers.base import NodePoolProvider, ProviderError
@@ -37,6 +38,8 @@ class RunOptions:
     #: The gke provider's API base URLs (None: Google's).
     gke_container_endpoint: str | None = None
     gke_compute_endpoint: str | None = None
+    #: Leader election (None: off, this process acts alone).
+    lease: LeaseConfig | None = None
 
 
 async def serve(options: RunOptions) -> int:
@@ -53,8 +56,9 @@ async def serve(options: RunOptions) -> int:
         cloud_http = await make_http(options.kubeconfig, options.context, user_agent="gangscale-simulated-cloud")
         provider = SimulatedProvider(cloud_http, options.pool_file.pools, clock)
     metrics = Metrics(dry_run=options.settings.dry_run)
+    elector = LeaseElector(http, clock, options.lease) if options.lease is not None else None
     controller = Controller(http, provider, options.pool_file.pools, settings=options.settings,
-                            policy=options.pool_file.policy, clock=clock, metrics=metrics)
+                            policy=options.pool_file.policy, clock=clock, metrics=metrics, leader=elector)
     server = ObserveServer(host=options.metrics_host, port=options.metrics_port, metrics=metrics,
                            healthy=controller.healthy, ready=controller.is_ready, plans=controller.debug_plans)
     stop = asyncio.Event()
@@ -67,8 +71,18 @@ async def serve(options: RunOptions) -> int:
         log.info("serving /healthz, /readyz, /metrics and /debug/plans on %s:%d", options.metrics_host, server.port)
         runner = asyncio.create_task(controller.run(), name="controller")
         stopper = asyncio.create_task(_stop_after(stop, options.duration), name="stop")
-        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        await cancel_and_wait((runner, stopper))
+        tasks = {runner, stopper}
+        election = asyncio.create_task(elector.run(), name="leader election") if elector is not None else None
+        if election is not None:
+            tasks.add(election)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await cancel_and_wait(tasks)
+        if election is not None and election in done and stopper not in done:
+            # The lease could not be renewed in time: stop acting at once and let another replica take over.
+            log.error("the leader lease was lost; exiting so that another replica takes over")
+            return 1
+        if elector is not None:
+            await elector.release()
         if runner in done and (error := runner.exception()) is not None:
             if isinstance(error, ProviderError):  # a refusal with its reason, not a crash
                 log.error("the controller stopped: the %s provider cannot run: %s", provider.name, error)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gangscale.clock import Clock
-from gangscale.controller.actuator import Actuator, ScaleUpFailed
+from gangscale.controller.actuator import Actuator, NotLeader, ScaleUpFailed
 from gangscale.controller.demand import DemandSource
 from gangscale.controller.record import Record, Step
 from gangscale.controller.request import RequestState
@@ -62,10 +62,15 @@ class Effects:
     def __init__(self, actuator: Actuator, recorder: EventRecorder, clock: Clock, *, dry_run: bool) -> None:
         self.actuator, self.recorder, self.clock, self.dry_run = actuator, recorder, clock, dry_run
 
+    def _fenced(self) -> None:
+        if not self.actuator.fence():
+            raise NotLeader("this process does not hold the leader lease: no status write")
+
     async def write(self, source: DemandSource, st: RequestState, body: JSON, key: str,
                     events: Sequence[Event]) -> Written:
         if self.dry_run:
             return Written(st.key, key)
+        self._fenced()
         try:
             await source.write(st, body)
         except ApiError as exc:
@@ -74,7 +79,7 @@ class Effects:
         return Written(st.key, key)
 
     async def record(self, obj: JSON, events: Sequence[Event]) -> None:
-        if self.dry_run:
+        if self.dry_run or not self.actuator.fence():
             return
         for event_type, reason, message in events:
             await self.recorder.record(obj, event_type, reason, message, self.clock.now())
@@ -84,6 +89,7 @@ class Effects:
         """Record the intent (unless resuming one already recorded), then obtain every unit or none."""
         if intent is not None:
             body, key = intent
+            self._fenced()
             try:
                 await source.write(st, body)
             except ApiError as exc:

@@ -41,11 +41,11 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from gangscale.aio import cancel_and_wait
 from gangscale.clock import Clock, Sleeps, SystemClock, counting_sleeps, wait_event
-from gangscale.controller.actuator import Actuator
+from gangscale.controller.actuator import Actuator, NotLeader, always
 from gangscale.controller.backoffs import PoolBackoffs
 from gangscale.controller.batching import Batching
 from gangscale.controller.demand import DemandSource
@@ -94,6 +94,18 @@ RESYNC = 60.0
 WRITE_RETRY = 1.0
 
 
+class Leadership(Protocol):
+    """What the loop needs of leader election (``gangscale.kube.lease.LeaseElector``)."""
+
+    leading: asyncio.Event
+    #: Who holds the lease, as last seen.
+    holder: str
+
+    def valid(self) -> bool:
+        """Whether this process may act now."""
+        ...
+
+
 def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
     """A Node as the controller keeps it: without managedFields and the list of images on it (neither is read;
     on a real node the image list is often most of the object)."""
@@ -106,8 +118,11 @@ def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
 class Controller:
     def __init__(self, http: KubeHTTP, provider: NodePoolProvider, pools: Sequence[NodePool], *,
                  settings: Settings | None = None, policy: Policy | None = None, clock: Clock | None = None,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, leader: Leadership | None = None) -> None:
         self.http, self.provider = http, provider
+        #: The leader lease, when several replicas run: nothing is decided or done before it is held, and every
+        #: provider call and status write is fenced by it (``Actuator.fence``).
+        self.leader = leader
         self.settings = settings or Settings()
         self.clock = clock or SystemClock()
         self.metrics = metrics or Metrics(dry_run=self.settings.dry_run)
@@ -116,7 +131,8 @@ class Controller:
         self.policy = policy or Policy()
         s = self.settings
         self.backoffs = PoolBackoffs(s.pool_backoff_initial, s.pool_backoff_max, s.pool_backoff_reset)
-        self.actuator = Actuator(provider, self.clock, self.metrics, self.pools, attempts=s.provider_attempts)
+        self.actuator = Actuator(provider, self.clock, self.metrics, self.pools, attempts=s.provider_attempts,
+                                 fence=leader.valid if leader is not None else always)
         self.recorder = EventRecorder(http)
         self.effects = Effects(self.actuator, self.recorder, self.clock, dry_run=s.dry_run)
         self.view = ClusterView(provider.node_ref, provider.claim)
@@ -133,6 +149,8 @@ class Controller:
         self.queue = WorkQueue()
         self.wakeup = asyncio.Event()
         self.ready = False
+        #: Every reflector has listed (a standby replica is synced but not ready to act).
+        self.synced = False
         #: Units being removed by scale-down, nodes of scale-ups being rolled back, tokens being obtained.
         self.releasing: set[str] = set()
         self.leaving: set[str] = set()
@@ -269,6 +287,12 @@ class Controller:
             for reflector in self.reflectors:
                 self._run_background(reflector.run(), f"reflector {reflector.resource.plural}")
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
+            self.synced = True
+            if self.leader is not None and not self.leader.leading.is_set():
+                # Hot standby: the caches stay current, nothing is decided until the lease is held.
+                log.info("standby: the leader lease is held by %s", self.leader.holder or "nobody yet")
+                await self.leader.leading.wait()
+                log.info("leading: taking over (recorded scale-ups of earlier leaders are adopted)")
             await self.provider.start()
             self._apply_cluster_changes()
             for source in self.sources.values():
@@ -365,8 +389,13 @@ class Controller:
         return True, "ok"
 
     def is_ready(self) -> tuple[bool, str]:
+        silent = time.monotonic() - self.http.last_ok
+        if silent > self.settings.api_unreachable_timeout:
+            return False, f"the API server has not answered for {silent:.0f}s"
         if self.ready:
-            return True, "ok"
+            return True, "ok (leader)" if self.leader is not None else "ok"
+        if self.synced and self.leader is not None and not self.leader.leading.is_set():
+            return True, f"standby: {self.leader.holder or 'nobody'} holds the leader lease"
         waiting = [r.resource.plural for r in self.reflectors if not r.synced.is_set()]
         return False, ("waiting for the first list of " + ", ".join(waiting)) if waiting else \
             "reconciling recorded scale-ups"
@@ -546,7 +575,10 @@ class Controller:
         for st in acts.scale_up:
             self._start_scale_up(st, resume=False)
         for st in acts.resume:
-            log.info("resuming the recorded scale-up of %s (%s)", st.key, st.record.tokens if st.record else ())
+            holder = st.record.holder if st.record else ""
+            adopted = f"; adopted from leader {holder}" if holder and holder != self.settings.identity else ""
+            log.info("resuming the recorded scale-up of %s (%s)%s", st.key, st.record.tokens if st.record else (),
+                     adopted)
             self._start_scale_up(st, resume=True)
         for release in acts.release:
             self._start_release(release)
@@ -576,6 +608,10 @@ class Controller:
         st.task = None
         self.batching.finished(st.key)
         now = self.clock.now()
+        if isinstance(result, NotLeader):
+            # The lease was lost: the record stays as written, for the next leader to adopt.
+            log.warning("the scale-up of %s stopped: %s", st.key, result)
+            return
         if isinstance(result, BaseException):
             log.error("the scale-up of %s failed unexpectedly", st.key, exc_info=result)
             self.obtaining.difference_update(map(self.view.claim, st.record.tokens if st.record else ()))
@@ -676,6 +712,9 @@ class Controller:
 
     def _written(self, st: RequestState, result: Written | BaseException) -> None:
         st.task = None
+        if isinstance(result, NotLeader):
+            log.warning("the status of %s was not written: %s", st.key, result)
+            return
         if isinstance(result, BaseException):
             log.error("writing the status of %s failed unexpectedly", st.key, exc_info=result)
             self.queue.requeue(st.key, self.clock.now() + WRITE_RETRY)
@@ -763,6 +802,7 @@ class Controller:
 
     def _export_gauges(self) -> None:
         """The gauges, computed when they are read (``Metrics.on_render``)."""
+        self.metrics.set_leader(self.leader is None or self.leader.leading.is_set())
         self.metrics.set_requests(dict(self.index.counts))
         booked_requests = sum(n for (_, state), n in self.index.counts.items() if state == Phase.BOOKED.lower())
         self.metrics.set_bookings(booked_requests)

@@ -251,7 +251,8 @@ def decided(st: RequestState, decision: Decision, ctx: Context, acts: Actions) -
             st.attempts += 1
             steps = tuple(Step(s.pool, s.units, step_token(st.request.uid, st.attempts, i, now, st.request.version))
                           for i, s in enumerate(decision.steps))
-            st.record = Record(st.attempts, OBTAINING, now + settings.max_node_provision_time, steps)
+            st.record = Record(st.attempts, OBTAINING, now + settings.max_node_provision_time, steps,
+                               settings.identity)
             st.set(C.PROVISIONED, False, C.R_IN_PROGRESS, f"{summarize(decision)}: obtaining the units", stamp)
             st.event(NORMAL, "ScaleUp", summarize(decision))
             acts.scale_up.append(st)

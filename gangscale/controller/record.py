@@ -38,11 +38,16 @@ class Record:
     phase: str
     deadline: float
     steps: tuple[Step, ...]
+    #: The leader identity of the process that decided the scale-up ("" without leader election): a new leader
+    #: tells a predecessor's scale-up from its own, and adopts it.
+    holder: str = ""
 
     def to_detail(self) -> str:
-        return json.dumps({"attempt": self.attempt, "phase": self.phase, "deadline": round(self.deadline, 3),
-                           "steps": [{"pool": s.pool, "units": s.units, "token": s.token} for s in self.steps]},
-                          separators=(",", ":"))
+        data: dict[str, Any] = {"attempt": self.attempt, "phase": self.phase, "deadline": round(self.deadline, 3),
+                                "steps": [{"pool": s.pool, "units": s.units, "token": s.token} for s in self.steps]}
+        if self.holder:
+            data["holder"] = self.holder
+        return json.dumps(data, separators=(",", ":"))
 
     def with_phase(self, phase: str) -> Record:
         return replace(self, phase=phase)
@@ -84,6 +89,7 @@ def parse_detail(raw: str | None) -> Record | None:
     try:
         data = json.loads(raw)
         steps = tuple(Step(str(s["pool"]), int(s["units"]), str(s["token"])) for s in data["steps"])
-        return Record(int(data["attempt"]), str(data["phase"]), float(data["deadline"]), steps)
+        return Record(int(data["attempt"]), str(data["phase"]), float(data["deadline"]), steps,
+                      str(data.get("holder") or ""))
     except (ValueError, KeyError, TypeError):
         return None

@@ -56,3 +56,7 @@ class Settings:
     ray_gcs_timeout: float = 2.0
     #: ``/healthz`` fails when no pass completed for this long while work was waiting.
     max_inactivity: float = 10 * MINUTE
+    #: This process's leader-election identity (recorded in every scale-up intent); "" without leader election.
+    identity: str = ""
+    #: ``/readyz`` fails when no API request has succeeded for this long.
+    api_unreachable_timeout: float = 60.0

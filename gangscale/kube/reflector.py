@@ -117,7 +117,7 @@ class Reflector:
                 await self._list()
                 await self._watch_until_expired()
             except WatchExpired:
-                log.info("reflector %s: resourceVersion %s expired, re-listing",
+                log.warning("reflector %s: resourceVersion %s expired (410), re-listing",
                          self.resource.plural, self.resource_version)
             except ApiError as exc:
                 if exc.gone:
@@ -177,7 +177,7 @@ class Reflector:
                     raise
                 # Throttled, a server error or a dropped connection: the resourceVersion is still
                 # good, so resume the watch from it (as client-go does) instead of paying a re-list.
-                log.info("reflector %s: watch interrupted (%s), resuming from %s",
+                log.warning("reflector %s: watch interrupted (%s), resuming from %s",
                          self.resource.plural, exc, self.resource_version)
                 await self._sleep(self.backoff.next(exc.retry_after))
                 continue

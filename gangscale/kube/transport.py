@@ -10,6 +10,7 @@ control (see docs in ``reflector``). Paths are built for any resource: core (``/
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,9 @@ class KubeHTTP:
 
     def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
+        #: When an API request last succeeded, or a watch last delivered something (``time.monotonic``): readiness
+        #: fails when the API server has been silent too long.
+        self.last_ok = time.monotonic()
 
     async def _call(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                     body: Any = None, content_type: str = "application/json",
@@ -79,6 +83,7 @@ class KubeHTTP:
                 raise ApiError(0, "ConnectionError", str(exc) or type(exc).__name__) from exc
             if not 200 <= resp.status <= 299:
                 raise ApiError.from_response(resp.status, raw, resp.headers)
+        self.last_ok = time.monotonic()
         try:
             out = json.loads(raw or b"{}")
         except ValueError as exc:
@@ -107,6 +112,7 @@ class KubeHTTP:
                         event = json.loads(line)
                     except ValueError as exc:
                         raise ApiError(resp.status, "BadResponse", f"watch line is not JSON: {exc}") from exc
+                    self.last_ok = time.monotonic()
                     yield event
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise ApiError(0, "ConnectionError", str(exc) or type(exc).__name__) from exc

@@ -26,6 +26,8 @@ Series (the names and labels are the public API):
     Failed provider calls by error class. :meth:`Metrics.provider_call`.
 ``gangscale_bookings`` (gauge)
     ProvisioningRequests holding booked capacity. :meth:`Metrics.set_bookings`.
+``gangscale_leader`` (gauge)
+    1 while this replica holds the leader lease (or runs without leader election). :meth:`Metrics.set_leader`.
 ``gangscale_pool_backoffs_total{pool, reason}`` (counter)
     Times a pool was put in backoff. :meth:`Metrics.backoff`.
 ``gangscale_pool_backed_off{pool}`` (gauge)
@@ -149,6 +151,8 @@ class Metrics:
             registry=r,
         )
         self._bookings = Gauge("gangscale_bookings", "ProvisioningRequests holding booked capacity.", registry=r)
+        self._leader = Gauge("gangscale_leader", "1 while this replica holds the leader lease (or runs without "
+                             "leader election), else 0.", registry=r)
         self._backoffs = Counter(
             "gangscale_pool_backoffs_total", "Times a node pool was put in backoff.", ["pool", "reason"], registry=r
         )
@@ -220,6 +224,9 @@ class Metrics:
         self._provider_duration.labels(provider, operation).observe(max(0.0, seconds))
         if error_class is not None:
             self._provider_errors.labels(provider, operation, error_class).inc()
+
+    def set_leader(self, leading: bool) -> None:
+        self._leader.set(1 if leading else 0)
 
     def set_bookings(self, count: int) -> None:
         """Set the number of ProvisioningRequests holding booked capacity."""

@@ -73,7 +73,11 @@ CPU_TEMPLATE = {"nodeSelector": {"gangscale.io/node-pool": "cpu"},
 
 #: ``gangscale run`` flags every process gets (more can be added per start).
 RUN_FLAGS = ("--provider", "simulated", "--metrics-host", "127.0.0.1", "--metrics-port", "0",
-             "--batch-idle", "100ms", "--batch-max", "1s", "--log-format", "json", "--no-ray")
+             "--batch-idle", "100ms", "--batch-max", "1s", "--log-format", "json", "--no-ray",
+             # Leader election as deployed, on a short lease: a killed process's successor takes over within
+             # about 1 s instead of 15.
+             "--leader-elect-lease-duration", "1s", "--leader-elect-renew-deadline", "750ms",
+             "--leader-elect-retry-period", "200ms")
 
 
 def ready(node: JSON) -> bool:
