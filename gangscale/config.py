@@ -170,7 +170,10 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
 def _provider_sections(spec: PoolSpec) -> dict[str, dict[str, Any]]:
     sections = {}
     if spec.simulated is not None:
-        sections["simulated"] = spec.simulated.model_dump(by_alias=True)
+        # stock and provisionSeconds always; the fault knobs only when set, so a pool's section reads as written.
+        faults = spec.simulated.model_dump(by_alias=True, exclude_defaults=True)
+        sections["simulated"] = {**spec.simulated.model_dump(by_alias=True, include={"stock", "provision_seconds"}),
+                                 **faults}
     if spec.gke is not None:
         sections["gke"] = spec.gke.model_dump(by_alias=True)
     return sections

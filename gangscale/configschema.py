@@ -43,10 +43,29 @@ class TaintSpec(_Strict):
 
 
 class SimulatedSpec(_Strict):
-    """The simulated provider's knobs. ``stock`` is units it can still hand out (None: unlimited)."""
+    """The simulated provider's knobs. ``stock`` is units it can still hand out (None: unlimited).
+
+    The fault knobs make a real ``gangscale run`` process's cloud misbehave (``hack/chaos.py`` uses them); they
+    start the pool's :class:`~gangscale.providers.simfaults.PoolFaults` and, like those, counters count down from
+    the process start: ``partialGrant`` is one-shot, ``lostResponses`` and ``transientErrors`` are the next N calls.
+    """
 
     stock: int | None = Field(default=None, ge=0)
     provision_seconds: float = Field(default=DEFAULT_PROVISION_SECONDS, ge=0)
+    #: Every new obtain fails with STOCKOUT.
+    stockout: bool = False
+    #: Every new obtain fails with QUOTA_EXCEEDED.
+    quota: bool = False
+    #: The first new obtain creates this many units, runs out of stock, deletes them and fails with STOCKOUT.
+    partial_grant: int | None = Field(default=None, ge=0)
+    #: Nodes created while the process runs with this never turn Ready (not after a restart either).
+    never_ready: bool = False
+    #: The first N obtains do their work and then fail with DEADLINE_EXCEEDED: the answer was lost.
+    lost_responses: int = Field(default=0, ge=0)
+    #: The first N obtain or release calls fail with UNAVAILABLE before doing anything.
+    transient_errors: int = Field(default=0, ge=0)
+    #: Seconds every obtain and release waits before it does anything.
+    latency_seconds: float = Field(default=0.0, ge=0)
 
 
 #: How the ``gke`` provider grows a pool: ``slice`` creates one GKE node pool per unit (multi-host TPU slices: GKE

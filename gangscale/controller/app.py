@@ -8,6 +8,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
+from gangscale import __version__
 from gangscale.aio import cancel_and_wait
 from gangscale.clock import SystemClock
 from gangscale.config import PoolFile
@@ -17,7 +18,7 @@ from gangscale.kube.client import make_http
 from gangscale.kube.lease import LeaseConfig, LeaseElector
 from gangscale.observe.metrics import Metrics
 from gangscale.observe.server import ObserveServer
-from gangscale.providers.base import NodePoolProvider, ProviderError
+from gangscale.providers.base import NodePoolProvider, ProviderError, unfenced
 from gangscale.providers.gke.provider import GkeProvider, endpoints_from
 from gangscale.providers.simulated import SimulatedProvider
 
@@ -44,19 +45,21 @@ class RunOptions:
 
 async def serve(options: RunOptions) -> int:
     clock = SystemClock()
-    http = await make_http(options.kubeconfig, options.context, user_agent="gangscale")
+    http = await make_http(options.kubeconfig, options.context, user_agent=user_agent("gangscale", options.lease))
+    elector = LeaseElector(http, clock, options.lease) if options.lease is not None else None
+    fence = elector.valid if elector is not None else unfenced
     cloud_http = None
     provider: NodePoolProvider
     if options.provider == "gke":
-        provider = GkeProvider(options.pool_file.pools, clock,
+        provider = GkeProvider(options.pool_file.pools, clock, fence=fence,
                                endpoints=endpoints_from(options.gke_container_endpoint, options.gke_compute_endpoint))
     else:
         # The simulated cloud registers nodes under its own name, as a real cloud's kubelets would: audit logs
         # (and the RBAC test) can tell its writes from the controller's.
-        cloud_http = await make_http(options.kubeconfig, options.context, user_agent="gangscale-simulated-cloud")
-        provider = SimulatedProvider(cloud_http, options.pool_file.pools, clock)
+        cloud_http = await make_http(options.kubeconfig, options.context,
+                                     user_agent=user_agent("gangscale-simulated-cloud", options.lease))
+        provider = SimulatedProvider(cloud_http, options.pool_file.pools, clock, fence=fence)
     metrics = Metrics(dry_run=options.settings.dry_run)
-    elector = LeaseElector(http, clock, options.lease) if options.lease is not None else None
     controller = Controller(http, provider, options.pool_file.pools, settings=options.settings,
                             policy=options.pool_file.policy, clock=clock, metrics=metrics, leader=elector)
     server = ObserveServer(host=options.metrics_host, port=options.metrics_port, metrics=metrics,
@@ -97,6 +100,11 @@ async def serve(options: RunOptions) -> int:
         if cloud_http is not None:
             await cloud_http.api_client.close()
         await http.api_client.close()
+
+
+def user_agent(program: str, lease: LeaseConfig | None) -> str:
+    """``program/version (identity)``: an audit log (or a test's request log) tells the replicas apart."""
+    return f"{program}/{__version__}" + (f" ({lease.identity})" if lease is not None else "")
 
 
 async def _stop_after(stop: asyncio.Event, duration: float | None) -> None:

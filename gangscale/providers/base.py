@@ -29,7 +29,7 @@ contract the controller relies on:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -63,6 +63,25 @@ class ProviderError(Exception):
         self.rolled_back = rolled_back
         #: For a stockout, the units the cloud said it had left, when it said so (GCE does not).
         self.available = available
+
+
+#: Whether this process may change the cloud now (it holds the leader lease). A provider asks before every
+#: mutating cloud request, not only once per obtain: an obtain that makes several resources stops at the first one
+#: it may no longer make, and the next leader finishes the recorded intent.
+Fence = Callable[[], bool]
+
+
+def unfenced() -> bool:
+    """The fence of a process that acts alone (no leader election)."""
+    return True
+
+
+def not_leader(pool: str) -> ProviderError:
+    """A mutating call refused by the fence. TRANSIENT with an unknown outcome: whatever the call had already made
+    stays recorded under its token, for the next leader to finish or undo."""
+    return ProviderError(ErrorClass.TRANSIENT, "NOT_LEADER",
+                         "this process no longer holds the leader lease; no further cloud change is made",
+                         pool=pool, rolled_back=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.model.pod import HOSTNAME_LABEL
 from gangscale.model.quantity import format_quantity
 from gangscale.model.resources import DEFAULT_MAX_PODS, PODS
-from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
+from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, Fence, not_leader, unfenced
 from gangscale.providers.simfaults import http_status
 from gangscale.timefmt import rfc3339
 
@@ -112,10 +112,17 @@ def unit_node_names(unit_id: str, nodes_per_unit: int, found: Iterable[str]) -> 
 class NodeAPI:
     """The Node calls the cloud makes: create, list, find one, mark Ready, delete."""
 
-    def __init__(self, http: KubeRequests) -> None:
+    def __init__(self, http: KubeRequests, fence: Fence = unfenced) -> None:
         self.http = http
+        #: Asked before each node create and delete (the cloud's changes); a kubelet's status update is not gated.
+        self.fence = fence
+
+    def _fenced(self, pool: str) -> None:
+        if not self.fence():
+            raise not_leader(pool)
 
     async def create(self, body: JSON) -> None:
+        self._fenced(((body.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL, ""))
         await self.http.request("POST", NODES_PATH, body=body)
 
     async def find(self, name: str) -> JSON | None:
@@ -137,6 +144,7 @@ class NodeAPI:
 
     async def delete(self, name: str) -> int:
         """1 if the node was deleted, 0 if it was already gone."""
+        self._fenced("")
         try:
             await self.http.request("DELETE", f"{NODES_PATH}/{name}")
         except Exception as exc:

@@ -33,7 +33,12 @@ Test knobs, per pool, through ``provider.faults(pool)`` (a mutable
 :class:`~gangscale.providers.simfaults.PoolFaults`): ``stockout``, ``quota``, ``partial_grant`` (one-shot),
 ``never_ready``, ``timeouts`` (lost responses), ``transient_errors``, ``call_latency`` and ``short_answer``
 (one-shot: an answer that lost units). ``provider.calls``
-logs every obtain and release with its outcome.
+logs every obtain and release with its outcome. ``fence`` (the leader lease) is asked before every node create
+and delete: a process that lost the lease stops mid-obtain (TRANSIENT ``NOT_LEADER``) and does not roll back what
+the next leader will finish. The pool file's ``simulated:`` section sets the knobs' starting
+values (``stockout``, ``quota``, ``partialGrant``, ``neverReady``, ``lostResponses``, ``transientErrors``,
+``latencySeconds``), so a real ``gangscale run`` process can be fault-injected. Nodes made under ``never_ready``
+carry ``ready-at: inf`` and stay NotReady in every later instance too.
 
 ``deadline`` is clock time (seconds since the epoch, like :meth:`Clock.now`); the only simulated time an
 obtain spends is ``call_latency``, and a call whose latency would pass its deadline fails with TRANSIENT
@@ -46,6 +51,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -58,11 +64,13 @@ from gangscale.providers.base import (
     TOKEN_LABEL,
     UNIT_LABEL,
     ErrorClass,
+    Fence,
     Obtained,
     ProviderError,
     Unit,
     labelled_node,
     same_token,
+    unfenced,
 )
 from gangscale.providers.simfaults import (
     CREATED,
@@ -103,6 +111,8 @@ _LABEL_VALUE_MAX = 63
 #: 40 bits of hash per unit id: among 10,000 units of one pool a collision has a chance of ~5e-5 (n²/2⁴¹),
 #: and is caught (``NODE_NAME_TAKEN``), never silent.
 _UNIT_SUFFIX_HEX = 10
+#: The ready-at of nodes that never turn Ready.
+NEVER = math.inf
 
 
 @dataclass
@@ -144,7 +154,8 @@ class SimulatedProvider:
     node_ref = staticmethod(labelled_node)
     claim = staticmethod(same_token)
 
-    def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock) -> None:
+    def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock, *,
+                 fence: Fence = unfenced) -> None:
         self._clock = clock
         self._pools: dict[str, NodePool] = {}
         for pool in pools:
@@ -152,10 +163,10 @@ class SimulatedProvider:
                 raise ValueError(f"pool {pool.name}: defined twice")
             self._pools[pool.name] = pool
         self._settings = {name: _settings(pool) for name, pool in self._pools.items()}
-        self._faults = {name: PoolFaults() for name in self._pools}
+        self._faults = {name: initial_faults(pool) for name, pool in self._pools.items()}
         self._records: dict[str, _Record] = {}
         self._unit_token: dict[str, str] = {}
-        self._nodes = NodeAPI(http)
+        self._nodes = NodeAPI(http, fence)
         self._timers = ReadyTimers(clock, self._nodes)
         # One mutation at a time per pool, so its stock is never oversold and a token is never worked on twice
         # at once (a token belongs to one pool); pools are independent, as a cloud's would be.
@@ -298,15 +309,17 @@ class SimulatedProvider:
         settings = self._settings[pool.name]
         try:
             for slot, unit in enumerate(record.units[:grant] if grant is not None else record.units):
-                ready_at = record.ready_at.setdefault(unit.unit_id,
-                                                      self._clock.now() + settings.provision_seconds)
+                # A unit made under ``never_ready`` says so on its nodes (ready-at: inf): a restarted instance
+                # must not bring up a VM that was never going to boot.
+                ready_at = record.ready_at.setdefault(
+                    unit.unit_id, NEVER if faults.never_ready else self._clock.now() + settings.provision_seconds)
                 for name in unit.nodes:
                     if name not in record.created and await self._create_node(pool, record, slot, unit, name):
                         trace.nodes_created += 1
                 # Armed once the whole unit exists, including nodes left by an attempt that failed half-way.
                 waiting = [name for name in unit.nodes if name not in record.armed]
                 record.armed.update(waiting)
-                if waiting and not faults.never_ready:
+                if waiting and ready_at != NEVER and not faults.never_ready:
                     self._timers.arm(unit.unit_id, waiting, ready_at)
             if grant is not None:
                 raise stockout(pool.name, record.requested, grant,
@@ -340,6 +353,8 @@ class SimulatedProvider:
 
     async def _rollback(self, record: _Record, trace: CallTrace) -> bool:
         """Delete the record's nodes and forget it; False (and the record kept) if some delete failed."""
+        if not self._nodes.fence():
+            return False  # not ours to undo any more: the record stays, for the next leader's repeated obtain
         clean = True
         # If some node survives, a retry finishes the record and re-arms every node it then has.
         for unit in record.units:
@@ -351,6 +366,9 @@ class SimulatedProvider:
                     continue
                 try:
                     trace.nodes_deleted += await self._nodes.delete(name)
+                except ProviderError as exc:  # the fence: the lease went while rolling back
+                    log.warning("simulated: stopped rolling back token %s: %s", record.token, exc.message)
+                    return False
                 except Exception:
                     log.warning("simulated: could not roll back node %s of token %s", name, record.token,
                                 exc_info=True)
@@ -454,7 +472,7 @@ class SimulatedProvider:
                 continue
             for unit_id, unit_nodes in units.items():
                 pending = sorted(name for name, node in unit_nodes.items() if not is_ready(node))
-                if pending:
+                if pending and record.ready_at[unit_id] != NEVER:
                     self._timers.arm(unit_id, pending, record.ready_at[unit_id])
 
     def _ready_at(self, pool: NodePool, node: JSON) -> float:
@@ -526,6 +544,22 @@ def _settings(pool: NodePool) -> _PoolSettings:
         raise ValueError(f"pool {pool.name}: simulated.provisionSeconds must be a non-negative number, "
                          f"got {provision!r}")
     return _PoolSettings(stock, float(provision))
+
+
+def initial_faults(pool: NodePool) -> PoolFaults:
+    """The fault knobs the pool file's ``simulated:`` section sets (all off by default): a real process's cloud can
+    be made to misbehave from its configuration (``gangscale.configschema.SimulatedSpec``)."""
+    raw = pool.provider.get("simulated") or {}
+    faults = PoolFaults(stockout=bool(raw.get("stockout", False)), quota=bool(raw.get("quota", False)),
+                        partial_grant=raw.get("partialGrant"), never_ready=bool(raw.get("neverReady", False)),
+                        timeouts=int(raw.get("lostResponses") or 0),
+                        transient_errors=int(raw.get("transientErrors") or 0),
+                        call_latency=float(raw.get("latencySeconds") or 0.0))
+    for name, value in (("partialGrant", faults.partial_grant), ("lostResponses", faults.timeouts),
+                        ("transientErrors", faults.transient_errors), ("latencySeconds", faults.call_latency)):
+        if value is not None and value < 0:
+            raise ValueError(f"pool {pool.name}: simulated.{name} must not be negative, got {value!r}")
+    return faults
 
 
 def _is_label_value(value: str) -> bool:

@@ -196,3 +196,27 @@ async def test_control_endpoint_is_off_by_default(http: KubeHTTP, apiserver: Emb
     with pytest.raises(ApiError) as err:
         await http.request("GET", "/_sim/faults")
     assert err.value.status == 404
+
+
+async def test_control_endpoint_serves_the_request_log_from_an_index() -> None:
+    async with EmbeddedAPIServer(control=True) as server, aiohttp.ClientSession() as session:
+        async with session.post(server.url + "/api/v1/nodes", json=b.node("n1"),
+                                headers={"User-Agent": "gangscale/0.1 (replica-a)"}) as resp:
+            assert resp.status == 201
+        async with session.post(server.url + "/api/v1/nodes", json=b.node("n1")) as resp:
+            assert resp.status == 409
+        async with session.get(server.url + "/_sim/requests") as resp:
+            first = await resp.json()
+        async with session.delete(server.url + "/api/v1/nodes/n1") as resp:
+            assert resp.status == 200
+        async with session.get(server.url + f"/_sim/requests?since={first['next']}") as resp:
+            later = await resp.json()
+        async with session.get(server.url + "/_sim/requests?since=x") as resp:
+            assert resp.status == 400
+
+    assert [(r["verb"], r["resource"], r["status"]) for r in first["requests"]] == [
+        ("create", "nodes", 201), ("create", "nodes", 409)]
+    assert first["requests"][0]["userAgent"] == "gangscale/0.1 (replica-a)"
+    assert first["requests"][0]["time"].endswith("+00:00")
+    assert [(r["verb"], r["name"], r["status"]) for r in later["requests"]] == [("delete", "n1", 200)]
+    assert later["requests"][0]["index"] > first["requests"][-1]["index"]

@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from gangscale.providers.base import Fence, not_leader, unfenced
 from gangscale.providers.gke.auth import TokenSource
 
 JSON = dict[str, Any]
@@ -54,10 +55,21 @@ class Endpoints:
     compute: str = COMPUTE
 
 
+#: Compute Engine methods that read but are called with POST.
+_READING_POSTS = ("/listManagedInstances", "/listPerInstanceConfigs")
+
+
+def changes(method: str, url: str) -> bool:
+    """Whether a call may change the cloud (what the fence gates)."""
+    return method != "GET" and not url.split("?", 1)[0].endswith(_READING_POSTS)
+
+
 class GcpHttp:
     def __init__(self, tokens: TokenSource, endpoints: Endpoints | None = None,
-                 session: aiohttp.ClientSession | None = None) -> None:
+                 session: aiohttp.ClientSession | None = None, fence: Fence = unfenced) -> None:
         self.tokens = tokens
+        #: Asked before every call that may change something (:func:`changes`): see ``gangscale.providers.base.Fence``.
+        self.fence = fence
         self.endpoints = endpoints or Endpoints()
         self._session = session
         #: Calls made, by "METHOD path-without-ids" kind, for benchmarks and tests.
@@ -73,6 +85,8 @@ class GcpHttp:
 
     async def request(self, method: str, url: str, *, body: JSON | None = None,
                       params: Mapping[str, str] | None = None) -> JSON:
+        if changes(method, url) and not self.fence():
+            raise not_leader("")
         for attempt in (1, 2):
             token = await self.tokens.token()
             try:

@@ -19,7 +19,16 @@ from collections.abc import Mapping, Sequence
 
 from gangscale.clock import Clock
 from gangscale.model.nodepool import POOL_LABEL, ZONE_LABEL, NodePool
-from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, NodeRef, Obtained, ProviderError
+from gangscale.providers.base import (
+    TOKEN_LABEL,
+    UNIT_LABEL,
+    ErrorClass,
+    Fence,
+    NodeRef,
+    Obtained,
+    ProviderError,
+    unfenced,
+)
 from gangscale.providers.gke import names
 from gangscale.providers.gke.auth import GoogleAuthTokens, TokenSource
 from gangscale.providers.gke.client import Endpoints, GcpError, GcpHttp
@@ -36,13 +45,13 @@ class GkeProvider:
     name = "gke"
 
     def __init__(self, pools: Sequence[NodePool], clock: Clock, *, tokens: TokenSource | None = None,
-                 endpoints: Endpoints | None = None, poll_interval: float = 2.0) -> None:
+                 endpoints: Endpoints | None = None, poll_interval: float = 2.0, fence: Fence = unfenced) -> None:
         self.clock = clock
         self.pools = gke_pools({pool.name: pool for pool in pools})
         missing = sorted(pool.name for pool in pools if pool.name not in self.pools)
         if missing:
             raise ValueError(f"the gke provider needs a gke: block on every pool; missing on {', '.join(missing)}")
-        self.http = GcpHttp(tokens or GoogleAuthTokens(), endpoints)
+        self.http = GcpHttp(tokens or GoogleAuthTokens(), endpoints, fence=fence)
         waiter = Waiter(self.http, clock, interval=poll_interval)
         self.slices = Slices(self.http, waiter, clock)
         self.migs = Migs(self.http, waiter, clock)

@@ -12,16 +12,21 @@ it by accident), JSON in and out:
 - ``POST /_sim/release``: let every held request go; body ``{"serve": false}`` (the default) answers them
   503 without touching storage, ``{"serve": true}`` serves them.
 - ``PUT /_sim/down``: body ``{"down": true|false}``: the whole server answers 503 while down.
+- ``GET /_sim/requests?since=N``: the request log from entry N on (``/_sim/`` requests left out): time (RFC 3339
+  with microseconds, when the answer was sent), method, RBAC verb, group, resource, namespace, name,
+  subresource, user agent, status; ``next`` is the N to ask from next time. A chaos harness reads who wrote what
+  when.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
 
-from gangscale.sim.apiserver.faults import Fault, Faults
+from gangscale.sim.apiserver.faults import Fault, Faults, LoggedRequest
 
 PREFIX = "/_sim/"
 
@@ -51,9 +56,23 @@ def _state(faults: Faults) -> dict[str, Any]:
                       "request": h.description} for h in faults.held]}
 
 
-async def handle(request: web.Request, faults: Faults) -> web.Response:
+def _requests(log: Sequence[LoggedRequest], since: str) -> dict[str, Any]:
+    try:
+        start = max(0, int(since or 0))
+    except ValueError as exc:
+        raise ValueError(f"since must be an integer, got {since!r}") from exc
+    entries = [{"index": index, "time": r.time.isoformat(timespec="microseconds"), "method": r.method,
+                "verb": r.verb, "group": r.group, "resource": r.resource, "namespace": r.namespace, "name": r.name,
+                "subresource": r.subresource, "userAgent": r.user_agent, "status": r.status}
+               for index, r in enumerate(log[start:], start) if not r.path.startswith(PREFIX)]
+    return {"next": max(start, len(log)), "requests": entries}
+
+
+async def handle(request: web.Request, faults: Faults, log: Sequence[LoggedRequest] = ()) -> web.Response:
     path, method = request.path, request.method
     try:
+        if path == PREFIX + "requests" and method == "GET":
+            return _json(_requests(log, request.query.get("since", "0")))
         if path == PREFIX + "faults":
             if method == "GET":
                 return _json(_state(faults))

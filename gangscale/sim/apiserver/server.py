@@ -169,7 +169,7 @@ class EmbeddedAPIServer:
 
     async def _dispatch(self, request: web.Request, log_entry: dict[str, Any]) -> web.StreamResponse:
         if self.control_enabled and request.path.startswith(control.PREFIX):
-            return await control.handle(request, self.faults)
+            return await control.handle(request, self.faults, self.requests)
         if self.faults.down:
             raise StatusError(503, "ServiceUnavailable", "the server is currently unable to handle the request")
         _check_accept(request.headers.get("Accept", ""))

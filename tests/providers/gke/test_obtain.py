@@ -3,12 +3,14 @@ finds (also from a new provider, as after a restart), what a release removes, an
 
 from __future__ import annotations
 
+import pytest
+
 from gangscale.clock import ManualClock
 from gangscale.kube.transport import KubeHTTP
-from gangscale.providers.base import NodeRef
+from gangscale.providers.base import ErrorClass, NodeRef, ProviderError
 from gangscale.providers.gke import names
 from gangscale.sim.apiserver import EmbeddedAPIServer
-from tests.providers.gke.harness import ZONE, cloud
+from tests.providers.gke.harness import ZONE, cloud, make_provider
 
 TOKEN = "4d6f7e1a-0b2c-4d5e-8f90-a1b2c3d4e5f6-0123456789ab-0"
 TPU_LABELS = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
@@ -94,3 +96,24 @@ async def test_a_slice_costs_four_cloud_calls_when_nothing_waits(
         calls = [(method, url.rsplit("/", 1)[-1].split("-")[0]) for method, url in c.provider.calls[before:]]
         assert calls == [("POST", "nodePools"), ("GET", "operation"), ("GET", "gs")] * 3 + \
             [("POST", "listManagedInstances")] * 3
+
+
+async def test_a_provider_without_the_lease_changes_nothing_but_still_reads(
+        clock: ManualClock, apiserver: EmbeddedAPIServer, http: KubeHTTP) -> None:
+    async with cloud(clock, apiserver, http) as c:
+        got = await c.drive(c.provider.obtain("tpu", 1, token=TOKEN, deadline=c.deadline()))
+        deposed = make_provider(c.gcp, clock)
+        c.others.append(deposed)
+        deposed.http.fence = lambda: False
+        await c.drive(deposed.start())
+        writes = sum(1 for call in c.gcp.calls if call.method != "GET")
+
+        with pytest.raises(ProviderError) as info:
+            await c.drive(deposed.obtain("tpu", 1, token=TOKEN.replace("0123", "4567"), deadline=c.deadline()))
+        with pytest.raises(ProviderError):
+            await c.drive(deposed.release("tpu", [unit.unit_id for unit in got.units], token=TOKEN))
+
+        assert (info.value.code, info.value.error_class, info.value.rolled_back) == (
+            "NOT_LEADER", ErrorClass.TRANSIENT, False)
+        assert sum(1 for call in c.gcp.calls if call.method != "GET") == writes
+        assert await c.drive(deposed.lookup(TOKEN)) == got
