@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +57,12 @@ class LeaseConfig:
                              f"{self.retry_period:g}s, {self.renew_deadline:g}s, {self.lease_duration:g}s")
         if not self.identity:
             raise ValueError("leader election needs an identity")
+
+
+def lease_seconds(config: LeaseConfig) -> int:
+    """The whole seconds written as ``leaseDurationSeconds``: rounded up, because candidates wait out the duration
+    the record states, and must never wait less than the leader believes it holds the lease."""
+    return math.ceil(config.lease_duration)
 
 
 def micro_time(timestamp: float) -> str:
@@ -142,7 +149,7 @@ class LeaseElector:
         except ApiError as exc:
             if not exc.not_found:
                 raise
-            created: JSON = {"holderIdentity": config.identity, "leaseDurationSeconds": int(config.lease_duration),
+            created: JSON = {"holderIdentity": config.identity, "leaseDurationSeconds": lease_seconds(config),
                              "acquireTime": stamp, "renewTime": stamp, "leaseTransitions": 0}
             try:
                 await self.http.request("POST", LEASES.path(config.namespace), body={
@@ -165,7 +172,7 @@ class LeaseElector:
         if holder != config.identity:
             spec["acquireTime"] = stamp
             spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if holder else 0)
-        spec.update({"holderIdentity": config.identity, "leaseDurationSeconds": int(config.lease_duration),
+        spec.update({"holderIdentity": config.identity, "leaseDurationSeconds": lease_seconds(config),
                      "renewTime": stamp})
         try:
             await self.http.request("PUT", self._path, body={**lease, "spec": spec})

@@ -1,17 +1,34 @@
-"""The ClusterRoles in deploy/ grant exactly what the running code asks the API server for.
+"""The ClusterRoles and the leader-election Role in deploy/ grant exactly what the running code asks the API
+server for.
 
 The controller and the simulated cloud run a scenario that walks every code path that talks to the API
 (scale-up with a Workload owner, a template only a live GET finds, a failed request, a booking consumed,
 a PR deleted while its nodes come up, scale-down, a finished PR deleted after its TTL). The embedded API
 server logs every request with its RBAC verb; the controller's requests must equal the base ClusterRole's
 rules, and the cloud's must equal what the simulated-cloud overlay adds (reads it shares with the base).
+
+Two replicas of the real leader elector, configured as the Deployment configures them, walk every path of
+the election (create the Lease, lose the race to create it, renew, stand by, lose the lease to failing
+renewals, take it over, restart on standby, release it on SIGTERM, take a released lease): their requests,
+object names included, must equal the leader-election Role's rules, in the Role's namespace.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
-from gangscale.kube.resources import SECRETS
+from gangscale import cli
+from gangscale.clock import ManualClock, Sleeps, counting_sleeps
+from gangscale.config import parse_duration
+from gangscale.kube.client import make_http
+from gangscale.kube.lease import LeaseConfig, LeaseElector
+from gangscale.kube.resources import LEASES, NAMESPACES, SECRETS
+from gangscale.kube.transport import KubeHTTP
+from gangscale.sim.apiserver import EmbeddedAPIServer, Fault, LoggedRequest
 from tests.builders import PODTEMPLATES, PROVREQS, RAYCLUSTERS, WORKLOADS
 from tests.conftest import wait_for
 from tests.controller.harness import running_cluster
@@ -22,7 +39,7 @@ TPU = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice", "cloud.go
 DAY = 86400.0
 
 
-def _rules(requests: list, agent: str) -> set[m.Rule]:
+def _rules(requests: list[LoggedRequest], agent: str) -> set[m.Rule]:
     return m.rules_from_requests(r for r in requests if r.user_agent.split("/")[0] == agent)
 
 
@@ -94,3 +111,134 @@ async def test_the_cluster_roles_grant_exactly_what_the_code_uses(tmp_path: Path
     assert cloud <= overlay
     assert overlay - base == cloud - base, (
         f"the overlay adds {sorted(overlay - base)}, the simulated cloud needs {sorted(cloud - base)}")
+
+
+# --- leader election --------------------------------------------------------------------------------------
+
+
+class Replica:
+    """One replica's leader elector, with its own client (User-Agent ``gangscale/<pod>``, so that a fault can hit
+    one replica) and its sleeps counted on the manual clock."""
+
+    def __init__(self, http: KubeHTTP, clock: ManualClock, config: LeaseConfig) -> None:
+        self.http, self.config = http, config
+        self.elector = LeaseElector(http, clock, config)
+        self.sleeps = Sleeps()
+        self.task = asyncio.create_task(counting_sleeps(self.elector.run(), self.sleeps), name=config.identity)
+
+    @property
+    def waiting(self) -> bool:
+        return self.task.done() or self.sleeps.asleep > 0
+
+    async def stop(self) -> None:
+        """SIGTERM: stop electing, give the lease up (as ``gangscale.controller.app.serve`` does)."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        await self.elector.release()
+
+
+async def _step(clock: ManualClock, replicas: list[Replica], seconds: float) -> None:
+    target = clock.now() + seconds
+    while clock.now() < target:
+        await clock.advance(min(0.5, target - clock.now()))
+        await wait_for(lambda: all(r.waiting for r in replicas))
+
+
+async def _until(clock: ManualClock, replicas: list[Replica], done: Callable[[], bool], limit: float = 60) -> None:
+    start = clock.now()
+    while not done():
+        assert clock.now() < start + limit, "the election did not get there"
+        await _step(clock, replicas, 0.5)
+
+
+@contextlib.asynccontextmanager
+async def _clients(kubeconfig: Path, *pods: str) -> AsyncIterator[tuple[dict[str, KubeHTTP], list[Replica]]]:
+    """A client per pod, and the list the test puts its replicas in: stopped (without a release) at the end."""
+    clients = {pod: await make_http(str(kubeconfig), user_agent=f"gangscale/{pod}") for pod in pods}
+    started: list[Replica] = []
+    try:
+        yield clients, started
+    finally:
+        for replica in started:
+            replica.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await replica.task
+        for client in clients.values():
+            await client.api_client.close()
+
+
+def _lease_config(deployment: dict[str, Any], identity: str) -> LeaseConfig:
+    """The LeaseConfig `gangscale run` builds from the Deployment's arguments, in the Deployment's namespace
+    (the namespace of the pod's service account) and with the pod's name as identity ($POD_NAME)."""
+    args = cli._parser().parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert args.leader_elect and args.leader_elect_namespace is None and args.leader_elect_identity is None
+    return LeaseConfig(deployment["metadata"]["namespace"], args.leader_elect_lease_name, identity,
+                       lease_duration=parse_duration(args.leader_elect_lease_duration),
+                       renew_deadline=parse_duration(args.leader_elect_renew_deadline),
+                       retry_period=parse_duration(args.leader_elect_retry_period))
+
+
+async def test_the_leader_election_role_grants_exactly_what_the_elector_uses(
+        apiserver: EmbeddedAPIServer, kubeconfig: Path, http: KubeHTTP, clock: ManualClock) -> None:
+    base = m.render(m.BASE)
+    deployment = m.one(base, "Deployment", "gangscale")
+    role = m.one(base, "Role", "gangscale-leader-election")
+    namespace = deployment["metadata"]["namespace"]
+    await http.request("POST", NAMESPACES.path(), body=m.one(base, "Namespace"))  # setup, not the controller's
+    config = {pod: _lease_config(deployment, pod) for pod in ("gangscale-5d8f-a", "gangscale-5d8f-b")}
+    lease_path = LEASES.path(namespace, config["gangscale-5d8f-a"].name)
+
+    async def holder() -> str:
+        return str((await http.request("GET", lease_path))["spec"]["holderIdentity"])
+
+    async with _clients(kubeconfig, *config) as (clients, started):
+        # Both replicas start at once and find no Lease. The first create is held in the server until the other
+        # replica's create has made the Lease: the held one then gets 409 AlreadyExists.
+        apiserver.inject(Fault(verb="create", resource="coordination.k8s.io/leases", hold=True, times=1))
+        running = [Replica(clients[pod], clock, config[pod]) for pod in config]
+        started.extend(running)
+        await wait_for(lambda: any(r.resource == "leases" and r.verb == "create" and r.status == 201
+                                   for r in apiserver.requests))
+        assert apiserver.release_held(serve=True) == 1
+        await wait_for(lambda: all(r.waiting for r in running))
+        (leader,) = [r for r in running if r.elector.leading.is_set()]
+        (standby,) = [r for r in running if r is not leader]
+        # The leader renews, the standby watches the record.
+        await _step(clock, running, 20)
+        assert leader.elector.valid() and standby.elector.holder == leader.config.identity
+        # The leader's renewals fail (its API connection is broken): it loses the lease within the renew
+        # deadline, and the standby takes the lease over once it has seen it unrenewed for the lease duration.
+        apiserver.inject(Fault(status=500, resource="coordination.k8s.io/leases", times=None,
+                               user_agent=f"gangscale/{leader.config.identity}"))
+        await _until(clock, running, lambda: leader.elector.lost.is_set() and standby.elector.leading.is_set())
+        assert await holder() == standby.config.identity
+        # The old leader exits and its pod restarts (same name): it stands by.
+        apiserver.faults.clear()
+        restarted = Replica(clients[leader.config.identity], clock, leader.config)
+        started.append(restarted)
+        running = [standby, restarted]
+        await _step(clock, running, 6)
+        assert restarted.elector.holder == standby.config.identity and not restarted.elector.leading.is_set()
+        # A rollout: SIGTERM to the leader, which releases the lease; the standby takes it at its next try.
+        await standby.stop()
+        assert await holder() == ""
+        running = [restarted]
+        await _until(clock, running, restarted.elector.leading.is_set, limit=2 * 1.2 + 1)
+        await _step(clock, running, 4)
+        await restarted.stop()
+        assert await holder() == ""
+
+    requests = [r for r in apiserver.requests if r.user_agent.split("/")[0] == "gangscale"]
+    assert {r.status for r in requests if r.verb == "create"} == {201, 409}  # both paths of the create race
+    assert 500 in {r.status for r in requests}  # the failing renewals needed authorization too
+    needed = {m.request_rule(r) for r in requests}
+    granted = m.role_rules(role)
+    assert needed == granted, (f"the elector uses but the Role lacks {sorted(needed - granted)}; "
+                               f"the Role grants but the elector never uses {sorted(granted - needed)}")
+    # In the Role's namespace only, and every get and update names the one Lease.
+    assert {r.namespace for r in requests} == {role["metadata"]["namespace"]} == {namespace}
+    assert {r.name for r in requests if r.verb in ("get", "update")} == {config["gangscale-5d8f-a"].name}
+    assert all(m.allows(granted, m.request_rule(r)) for r in requests)
+    # And none of it needs the ClusterRole.
+    assert not m.rules_from_requests(requests) & m.granted_rules(base)

@@ -8,7 +8,11 @@ tests compare the two where a kubectl binary exists).
 
 ``granted_rules`` and ``rules_from_requests`` turn ClusterRoles and the embedded API server's request log
 into the same ``(api group, resource[/subresource], verb)`` triples, so that what the controller did can
-be compared with what it is allowed to do (``missing_rules``).
+be compared with what it is allowed to do (``missing_rules``). ``role_rules``, ``request_rule`` and
+``allows`` do the same with the object name, for rules restricted by ``resourceNames``.
+
+``selects`` evaluates a label selector, ``disruptions_allowed`` a PodDisruptionBudget (the disruption
+controller's arithmetic), and ``unknown_fields`` checks an object against the Kubernetes API types.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+from kubernetes_asyncio.client import models
 
 JSON = dict[str, Any]
 Rule = tuple[str, str, str]  # (api group, resource or resource/subresource, verb)
+NamedRule = tuple[str, str, str, str]  # a Rule and an object name ("": any name, or a request naming none)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = REPO_ROOT / "deploy"
@@ -203,6 +209,45 @@ def granted_rules(objects: Iterable[Mapping[str, Any]]) -> set[Rule]:
     return out
 
 
+class NamedRequestLike(RequestLike, Protocol):
+    """A logged request with the object it named ("" for list, watch, create and deletecollection)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+
+
+def role_rules(role: Mapping[str, Any]) -> set[NamedRule]:
+    """What one Role or ClusterRole grants, name by name: a rule with ``resourceNames`` gives one entry per
+    name, a rule without them the name "" (every object). ``nonResourceURLs`` rules grant no resource."""
+    if role.get("aggregationRule"):
+        raise ValueError(f"{role['metadata']['name']}: aggregated roles are not expanded here")
+    out: set[NamedRule] = set()
+    for rule in role.get("rules") or []:
+        names = rule.get("resourceNames") or [""]
+        for group in rule.get("apiGroups") or []:
+            for resource in rule.get("resources") or []:
+                for verb in rule.get("verbs") or []:
+                    out.update((group, resource, verb, name) for name in names)
+    return out
+
+
+def request_rule(req: NamedRequestLike) -> NamedRule:
+    """The (group, resource, verb, name) a logged request was authorized as."""
+    resource = f"{req.resource}/{req.subresource}" if req.subresource else req.resource
+    return (req.group, resource, req.verb, req.name)
+
+
+def allows(granted: Iterable[NamedRule], needed: NamedRule) -> bool:
+    """Whether RBAC rules allow a request, as the RBAC authorizer decides: ``*`` matches anything, and a rule
+    restricted to names matches only a request that names one of them (never a create or a list, which name no
+    object at authorization time)."""
+    group, resource, verb, name = needed
+    return any(g in (group, "*") and r in (resource, "*") and v in (verb, "*") and n in ("", name)
+               for g, r, v, n in granted)
+
+
 def rules_from_requests(requests: Iterable[RequestLike]) -> set[Rule]:
     """The rules the logged requests needed. Requests that name no resource (discovery, ``/version``,
     ``/openapi``) are left out: the default ``system:discovery`` role allows them to every client."""
@@ -225,6 +270,78 @@ def missing_rules(needed: Iterable[Rule], granted: set[Rule]) -> set[Rule]:
 
 def has_wildcards(rules: Iterable[Rule]) -> bool:
     return any("*" in part for rule in rules for part in rule)
+
+
+# --- selectors, disruption budgets, API types -------------------------------------------------------------
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a ``metav1.LabelSelector`` matches ``labels`` (an empty selector matches everything)."""
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise ValueError(f"label selector operator {op!r}")
+    return True
+
+
+def _scaled(value: int | str, total: int) -> int:
+    """An IntOrString of a budget against ``total`` pods: percentages round up, as the disruption controller
+    rounds them (``intstr.GetScaledValueFromIntOrPercent(..., roundUp=true)``)."""
+    if isinstance(value, str):
+        if not value.endswith("%"):
+            raise ValueError(f"budget {value!r}: an integer or a percentage")
+        return -(-int(value[:-1]) * total // 100)
+    return value
+
+
+def disruptions_allowed(spec: Mapping[str, Any], expected: int, healthy: int) -> int:
+    """``status.disruptionsAllowed`` of a PodDisruptionBudget ``spec`` over pods of a workload of ``expected``
+    replicas, ``healthy`` of them Ready: how many the eviction API may evict now."""
+    if ("minAvailable" in spec) == ("maxUnavailable" in spec):
+        raise ValueError("a PodDisruptionBudget sets exactly one of minAvailable and maxUnavailable")
+    if "minAvailable" in spec:
+        desired = _scaled(spec["minAvailable"], expected)
+    else:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    return max(0, healthy - desired)
+
+
+def unknown_fields(obj: Any, model: str) -> list[str]:
+    """Paths of the fields of ``obj`` that the Kubernetes API type ``model`` (a kubernetes_asyncio model name,
+    e.g. ``V1Deployment``) does not have: what strict field validation (``kubectl apply``'s default) refuses."""
+    out: list[str] = []
+
+    def walk(value: Any, type_name: str, path: str) -> None:
+        if type_name.startswith("list[") and isinstance(value, list):
+            for i, item in enumerate(value):
+                walk(item, type_name[5:-1], f"{path}[{i}]")
+        elif type_name.startswith("dict(") and isinstance(value, dict):
+            inner = type_name[5:-1].partition(", ")[2]
+            for key, item in value.items():
+                walk(item, inner, f"{path}.{key}")
+        elif hasattr(models, type_name) and isinstance(value, dict):
+            cls = getattr(models, type_name)
+            by_json = {json_name: attr for attr, json_name in cls.attribute_map.items()}
+            for key, item in value.items():
+                if key not in by_json:
+                    out.append(f"{path}.{key}".lstrip("."))
+                else:
+                    walk(item, cls.openapi_types[by_json[key]], f"{path}.{key}")
+        elif hasattr(models, type_name) or type_name.startswith(("list[", "dict(")):
+            out.append(f"{path} (not a {type_name})".lstrip("."))
+
+    walk(obj, model, "")
+    return out
 
 
 # --- container args ------------------------------------------------------------------------------------

@@ -3,9 +3,12 @@
 Checked here: every YAML file parses and every object is well formed; kustomizations reference only files
 that exist and leave no manifest out; ``kubectl kustomize`` renders each directory to what the tests read
 (where kubectl exists); the Kueue examples are accepted by the embedded API server under the Kueue CRD
-schemas with strict field validation (the upstream CRDs where this checkout has them); the Deployment's
-security settings, probes, mounts and flags; the pool ConfigMap is a valid pool file that agrees with the
-Kueue example; the RBAC grants exactly the controller's API calls; the image is multi-stage and non-root.
+schemas with strict field validation (the upstream CRDs where this checkout has them), and the built-in
+objects have only fields of their Kubernetes API types; the Deployment's two replicas (rolling update with
+a standby always up, spread over nodes, the pod name as leader identity), security settings, probes,
+mounts and flags; the PodDisruptionBudget lets one replica go at a time; the pool ConfigMap is a valid pool
+file that agrees with the Kueue example; the RBAC grants exactly the controller's API calls, and the
+leader-election Role exactly the calls on its one Lease; the image is multi-stage and non-root.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ BASE_FLAGS: dict[str, str | None] = {
     "batch-max": "10s",
     "booking-ttl": "10m",
     "scale-down-unneeded-time": "10m",
+    "leader-elect": None,
 }
 
 #: Every API call the controller makes, in dry-run and in normal mode, except node writes.
@@ -71,6 +75,15 @@ CONTROLLER_RULES: set[m.Rule] = {
     ("ray.io", "rayclusters", "watch"),
     ("ray.io", "rayclusters", "patch"),
     ("", "secrets", "get"),
+}
+
+#: The leader-election Role (namespaced): (group, resource, verb, name), "" for any name. create cannot be
+#: restricted to a name (the object's name is not known when a create is authorized).
+LEASE = "gangscale"
+LEADER_ELECTION_RULES: set[m.NamedRule] = {
+    ("coordination.k8s.io", "leases", "get", LEASE),
+    ("coordination.k8s.io", "leases", "update", LEASE),
+    ("coordination.k8s.io", "leases", "create", ""),
 }
 
 #: What the simulated provider adds when it actuates (overlays/simulated-cloud only).
@@ -163,8 +176,30 @@ def test_objects_are_unique_and_namespaced_where_they_should_be(base: list[JSON]
     assert {o["metadata"]["namespace"] for o in base if "namespace" in o["metadata"]} == {NAMESPACE}
     assert {(o["kind"], o["metadata"]["name"]) for o in base} == {
         ("Namespace", NAMESPACE), ("ServiceAccount", "gangscale"), ("ClusterRole", "gangscale-controller"),
-        ("ClusterRoleBinding", "gangscale-controller"), ("ConfigMap", "gangscale-pools"),
-        ("Deployment", "gangscale"), ("Service", "gangscale-metrics")}
+        ("ClusterRoleBinding", "gangscale-controller"), ("Role", "gangscale-leader-election"),
+        ("RoleBinding", "gangscale-leader-election"), ("ConfigMap", "gangscale-pools"),
+        ("Deployment", "gangscale"), ("Service", "gangscale-metrics"), ("PodDisruptionBudget", "gangscale")}
+
+
+@pytest.mark.parametrize("directory", [m.BASE, m.OVERLAY, m.GKE_OVERLAY], ids=lambda p: str(p.relative_to(m.DEPLOY)))
+def test_built_in_objects_have_only_fields_of_their_api_types(directory: Path) -> None:
+    # What `kubectl apply` (strict field validation) would refuse: a misspelt or misplaced field, which
+    # kustomize renders without a word. The Kubernetes API types are kubernetes_asyncio's models.
+    objects = m.render(directory)
+    assert {o["apiVersion"] for o in objects} == {"v1", "apps/v1", "policy/v1", "rbac.authorization.k8s.io/v1"}
+    for obj in objects:
+        assert m.unknown_fields(obj, f"V1{obj['kind']}") == [], m.identity(obj)
+
+
+def test_unknown_fields_finds_misspelt_and_misplaced_fields() -> None:
+    deployment = {"spec": {"replicas": 2, "template": {"spec": {
+        "topologySpreadConstraint": [], "containers": [{"name": "c", "env": [{"name": "x", "valueFrom": {
+            "fieldref": {"fieldPath": "metadata.name"}}}]}]}}}}
+    assert m.unknown_fields(deployment, "V1Deployment") == [
+        "spec.template.spec.topologySpreadConstraint", "spec.template.spec.containers[0].env[0].valueFrom.fieldref"]
+    assert m.unknown_fields({"spec": {"selector": []}}, "V1PodDisruptionBudget") == [
+        "spec.selector (not a V1LabelSelector)"]
+    assert m.unknown_fields({"rules": [{"resourceName": ["a"]}]}, "V1Role") == ["rules[0].resourceName"]
 
 
 def test_json_patch_test_op_guards_the_overlay() -> None:
@@ -327,20 +362,99 @@ def test_pool_configmap_is_a_valid_pool_file_that_serves_the_kueue_example(base:
 
 # --- the Deployment ------------------------------------------------------------------------------------
 
-def test_deployment_runs_one_replica_replaced_whole(base: list[JSON]) -> None:
+def test_deployment_runs_two_replicas_rolled_with_a_standby_always_up(base: list[JSON]) -> None:
     deployment = m.one(base, "Deployment", "gangscale")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    # A new pod is Ready (synced, on standby) before an old one stops: the leader's lease passes at once.
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     assert deployment["metadata"]["labels"] == POD_LABELS
     assert spec["selector"] == {"matchLabels": POD_LABELS}
     assert spec["template"]["metadata"]["labels"] == POD_LABELS
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == m.one(base, "ServiceAccount")["metadata"]["name"] == "gangscale"
     assert pod["automountServiceAccountToken"] is True
+    # Time to release the lease after SIGTERM (a GET and a PUT), well past the retry period the standby takes
+    # to pick it up.
     assert pod["terminationGracePeriodSeconds"] == 30
     assert "priorityClassName" not in pod
     assert "hostNetwork" not in pod and "hostPID" not in pod
+
+
+def test_two_replicas_run_only_with_leader_election_on_the_lease_the_role_grants(base: list[JSON]) -> None:
+    # The flags as `gangscale run` reads them: election on (explicitly, whatever the default or the
+    # environment says), and the Lease named as the Role names it, in the Deployment's namespace (the
+    # controller takes the namespace of its service account, that is of its pod).
+    args = cli._parser().parse_args(container(base)["args"])
+    assert args.leader_elect is True and m.flags(container(base)["args"])["leader-elect"] is None
+    assert args.leader_elect_namespace is None
+    assert args.leader_elect_identity is None  # $POD_NAME
+    role = m.one(base, "Role", "gangscale-leader-election")
+    assert {name for *_, name in m.role_rules(role) if name} == {args.leader_elect_lease_name} == {LEASE}
+    assert role["metadata"]["namespace"] == m.one(base, "Deployment", "gangscale")["metadata"]["namespace"]
+    assert (args.leader_elect_retry_period, args.leader_elect_renew_deadline, args.leader_elect_lease_duration) \
+        == ("2s", "10s", "15s")
+
+
+def test_deployment_names_each_pod_as_its_lease_identity(base: list[JSON]) -> None:
+    # The leader-election identity is $POD_NAME (the holderIdentity `kubectl get lease` shows), and
+    # $POD_NAMESPACE the Lease's namespace where the service account's namespace file is missing.
+    assert container(base)["env"] == [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+
+
+def test_replicas_are_spread_over_nodes_by_a_soft_rule(base: list[JSON]) -> None:
+    pod = pod_spec(base)
+    labels = m.one(base, "Deployment", "gangscale")["spec"]["template"]["metadata"]["labels"]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["maxSkew"] == 1
+    # Soft: a hard rule would leave a rollout's surge pod Pending on a small cluster (maxUnavailable 0).
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"] == {"matchLabels": POD_LABELS} and m.selects(spread["labelSelector"], labels)
+    # Nothing hard instead: no required (anti-)affinity.
+    affinity = pod.get("affinity") or {}
+    assert not any("requiredDuringSchedulingIgnoredDuringExecution" in rules for rules in affinity.values())
+
+
+def test_the_disruption_budget_lets_a_drain_evict_one_replica_and_keeps_the_other(base: list[JSON]) -> None:
+    pdb = m.one(base, "PodDisruptionBudget", "gangscale")
+    deployment = m.one(base, "Deployment", "gangscale")
+    assert pdb["apiVersion"] == "policy/v1" and pdb["metadata"]["namespace"] == NAMESPACE
+    # Exactly the Deployment's pods: its selector, which selects its template's labels.
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    assert m.selects(pdb["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert not m.selects(pdb["spec"]["selector"], {"app.kubernetes.io/name": "gangscale"})
+    replicas = deployment["spec"]["replicas"]
+    # Both running: one may be evicted; then none until its replacement is Ready.
+    assert m.disruptions_allowed(pdb["spec"], replicas, healthy=replicas) == 1
+    assert m.disruptions_allowed(pdb["spec"], replicas, healthy=replicas - 1) == 0
+    # Scaled to one, a drain is not blocked for ever; scaled up, still one at a time.
+    assert m.disruptions_allowed(pdb["spec"], 1, healthy=1) == 1
+    assert m.disruptions_allowed(pdb["spec"], 3, healthy=3) == 1
+    # A pod that is not Ready does not hold a drain.
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+@pytest.mark.parametrize(("spec", "expected", "healthy", "allowed"), [
+    ({"minAvailable": 1}, 2, 2, 1), ({"minAvailable": 1}, 1, 1, 0), ({"minAvailable": 1}, 3, 3, 2),
+    ({"maxUnavailable": 1}, 2, 1, 0), ({"maxUnavailable": 0}, 2, 2, 0), ({"minAvailable": "50%"}, 3, 3, 1),
+    ({"maxUnavailable": "50%"}, 3, 3, 2), ({"maxUnavailable": "10%"}, 2, 2, 1),
+])
+def test_disruptions_allowed_is_the_disruption_controllers_arithmetic(spec: JSON, expected: int, healthy: int,
+                                                                     allowed: int) -> None:
+    assert m.disruptions_allowed(spec, expected, healthy) == allowed
+
+
+def test_label_selectors() -> None:
+    labels = {"a": "1", "b": "2"}
+    assert m.selects({}, labels) and m.selects({"matchLabels": {"a": "1"}}, labels)
+    assert not m.selects({"matchLabels": {"a": "2"}}, labels)
+    assert m.selects({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "3"]},
+                                           {"key": "c", "operator": "DoesNotExist"}]}, labels)
+    assert not m.selects({"matchExpressions": [{"key": "b", "operator": "NotIn", "values": ["2"]}]}, labels)
+    assert not m.selects({"matchExpressions": [{"key": "c", "operator": "Exists"}]}, labels)
 
 
 def test_deployment_security_settings(base: list[JSON]) -> None:
@@ -460,23 +574,67 @@ def test_overlay_adds_exactly_the_simulated_node_writes(base: list[JSON], overla
     assert granted == CONTROLLER_RULES | SIMULATED_NODE_WRITES
 
 
-@pytest.mark.parametrize("which", ["base", "overlay"])
-def test_every_binding_binds_a_role_of_the_render_to_the_deployment_service_account(
-        which: str, base: list[JSON], overlay: list[JSON]) -> None:
-    objects = base if which == "base" else overlay
-    roles = {o["metadata"]["name"] for o in objects if o["kind"] == "ClusterRole"}
-    bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
-    assert {binding["roleRef"]["name"] for binding in bindings} == roles
+@pytest.mark.parametrize("directory", [m.BASE, m.OVERLAY, m.GKE_OVERLAY], ids=lambda p: str(p.relative_to(m.DEPLOY)))
+def test_every_binding_binds_a_role_of_the_render_to_the_deployment_service_account(directory: Path) -> None:
+    objects = m.render(directory)
     account = m.one(objects, "ServiceAccount")
-    for binding in bindings:
-        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                      "name": binding["roleRef"]["name"]}
-        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
-                                        "namespace": account["metadata"]["namespace"]}]
+    subject = {"kind": "ServiceAccount", "name": account["metadata"]["name"],
+               "namespace": account["metadata"]["namespace"]}
+    for role_kind, binding_kind in (("ClusterRole", "ClusterRoleBinding"), ("Role", "RoleBinding")):
+        roles = {(o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects if o["kind"] == role_kind}
+        bindings = [o for o in objects if o["kind"] == binding_kind]
+        # Every role is bound, by a binding in its own namespace (a RoleBinding grants a Role only there).
+        assert {(b["metadata"].get("namespace"), b["roleRef"]["name"]) for b in bindings} == roles
+        for binding in bindings:
+            assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
+                                          "name": binding["roleRef"]["name"]}
+            assert binding["subjects"] == [subject]
     assert pod_spec(objects)["serviceAccountName"] == account["metadata"]["name"]
 
 
+@pytest.mark.parametrize("directory", [m.BASE, m.OVERLAY, m.GKE_OVERLAY], ids=lambda p: str(p.relative_to(m.DEPLOY)))
+def test_the_leader_election_role_grants_exactly_the_lease_calls_in_the_controller_namespace(
+        directory: Path) -> None:
+    objects = m.render(directory)
+    role = m.one(objects, "Role", "gangscale-leader-election")
+    deployment = m.one(objects, "Deployment", "gangscale")
+    assert role["metadata"]["namespace"] == deployment["metadata"]["namespace"] == NAMESPACE
+    assert m.role_rules(role) == LEADER_ELECTION_RULES
+    assert [o for o in objects if o["kind"] == "Role"] == [role]
+    # The ClusterRoles grant nothing on Leases: no Lease outside the controller's namespace.
+    assert not any(resource.startswith("leases") for _, resource, _ in m.granted_rules(objects))
+
+
+@pytest.mark.parametrize(("verb", "name", "allowed"), [
+    ("get", LEASE, True),
+    ("update", LEASE, True),
+    ("create", "", True),  # a create names no object when it is authorized
+    ("get", "another-lease", False),
+    ("update", "another-lease", False),
+    ("patch", LEASE, False),  # the elector updates with the resourceVersion, it never patches
+    ("delete", LEASE, False),
+    ("list", "", False),
+    ("watch", "", False),
+    ("get", "", False),  # a rule restricted to names never matches a request that names none
+])
+def test_the_leader_election_role_table(base: list[JSON], verb: str, name: str, allowed: bool) -> None:
+    rules = m.role_rules(m.one(base, "Role", "gangscale-leader-election"))
+    assert m.allows(rules, ("coordination.k8s.io", "leases", verb, name)) is allowed
+    assert not m.allows(rules, ("", "events", "create", ""))  # the elector writes no events
+    assert not m.allows(rules, ("coordination.k8s.io", "leases/status", verb, name))
+
+
 def test_rbac_helpers() -> None:
+    role = {"kind": "Role", "metadata": {"name": "r"}, "rules": [
+        {"apiGroups": ["", "x"], "resources": ["a"], "verbs": ["get", "update"], "resourceNames": ["n1", "n2"]},
+        {"apiGroups": ["x"], "resources": ["*"], "verbs": ["list"]}]}
+    granted = m.role_rules(role)
+    assert granted == {("", "a", "get", "n1"), ("", "a", "get", "n2"), ("", "a", "update", "n1"),
+                       ("", "a", "update", "n2"), ("x", "a", "get", "n1"), ("x", "a", "get", "n2"),
+                       ("x", "a", "update", "n1"), ("x", "a", "update", "n2"), ("x", "*", "list", "")}
+    assert m.allows(granted, ("", "a", "get", "n1")) and not m.allows(granted, ("", "a", "get", "n3"))
+    assert not m.allows(granted, ("", "a", "get", "")) and m.allows(granted, ("x", "b", "list", ""))
+    assert m.allows(granted, ("x", "b", "list", "named")) and not m.allows(granted, ("", "b", "list", ""))
     role = {"kind": "ClusterRole", "metadata": {"name": "r"},
             "rules": [{"apiGroups": ["", "apps"], "resources": ["pods", "pods/status"], "verbs": ["get"]},
                       {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}

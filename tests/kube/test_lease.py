@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from gangscale.clock import ManualClock, Sleeps, counting_sleeps
-from gangscale.kube.lease import LeaseConfig, LeaseElector
+from gangscale.kube.lease import LeaseConfig, LeaseElector, lease_seconds
 from gangscale.kube.resources import LEASES
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault
@@ -138,3 +138,8 @@ def test_timings_must_nest(bad: tuple[float, float, float]) -> None:
     retry, renew, duration = bad
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
         LeaseConfig(NS, NAME, "a", lease_duration=duration, renew_deadline=renew, retry_period=retry)
+
+
+@pytest.mark.parametrize(("duration", "written"), [(15.0, 15), (1.5, 2), (2.0, 2)], ids=["default", "fraction", "whole"])
+def test_the_recorded_duration_is_never_shorter_than_the_leaders(duration: float, written: int) -> None:
+    assert lease_seconds(LeaseConfig(NS, NAME, "me", duration, duration / 2, duration / 4)) == written
