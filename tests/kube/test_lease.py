@@ -140,6 +140,8 @@ def test_timings_must_nest(bad: tuple[float, float, float]) -> None:
         LeaseConfig(NS, NAME, "a", lease_duration=duration, renew_deadline=renew, retry_period=retry)
 
 
-@pytest.mark.parametrize(("duration", "written"), [(15.0, 15), (1.5, 2), (2.0, 2)], ids=["default", "fraction", "whole"])
+@pytest.mark.parametrize(
+    ("duration", "written"), [(15.0, 15), (1.5, 2), (2.0, 2)], ids=["default", "fraction", "whole"]
+)
 def test_the_recorded_duration_is_never_shorter_than_the_leaders(duration: float, written: int) -> None:
     assert lease_seconds(LeaseConfig(NS, NAME, "me", duration, duration / 2, duration / 4)) == written
