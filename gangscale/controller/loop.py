@@ -623,12 +623,14 @@ class Controller:
         self.obtaining.difference_update(map(self.view.claim, record.tokens))
         self._touch_tokens(record.tokens)
         if result.intent_error is not None:
-            if result.intent_error.not_found or result.intent_error.conflict:
+            if result.intent_error.not_found:
                 self.forget(st.key, f"its {st.request.kind} is gone")
                 return
+            # A conflict included: the watch, not a write's answer, says whether the object was replaced (the
+            # source then forgets this request); until then the request is planned again later.
             log.warning("could not record the scale-up intent of %s: %s", st.key, result.intent_error)
             st.record = None  # the intent is not on the object: the provider was not called
-            st.retry_at = now + self.settings.retry_initial
+            st.retry_at = now + max(self.settings.retry_initial, result.intent_error.retry_after or 0.0)
         else:
             if result.intent_body is not None:
                 self._observe_written(st, result.intent_body, now)
@@ -720,11 +722,14 @@ class Controller:
             self.queue.requeue(st.key, self.clock.now() + WRITE_RETRY)
             return
         if result.error is not None:
-            if result.error.not_found or result.error.conflict:
+            if result.error.not_found:
                 self.forget(st.key, f"its {st.request.kind} is gone")
                 return
+            # A 409 is retried like any failed write (see ``_scaled_up``): forgetting the request here would, on a
+            # conflict of the same object, leave it unserved and release a scale-up in progress. The server's
+            # Retry-After, when it sends one, is a floor.
             failures = self._write_failures[st.key] = self._write_failures.get(st.key, 0) + 1
-            delay = min(60.0, WRITE_RETRY * 2 ** (failures - 1))
+            delay = max(min(60.0, WRITE_RETRY * 2 ** (failures - 1)), result.error.retry_after or 0.0)
             log.warning("could not write the status of %s (retrying in %.0fs): %s", st.key, delay, result.error)
             self._retry_write_at[st.key] = self.clock.now() + delay
             self.queue.requeue(st.key, self._retry_write_at[st.key])

@@ -12,7 +12,9 @@ The loop, and why each step is there:
    connection drops, the watch resumes from the last resourceVersion without a list.
 4. ``ERROR`` 410 (``Expired``) on the stream, or a 410 answer: the resourceVersion is too old — back to 1.
    Unlike kubernetes_asyncio (which retries once with the same stale resourceVersion) or kr8s (which
-   loops on it), a 410 always leads to a fresh list.
+   loops on it), a 410 always leads to a fresh list. A 410 again before anything was delivered from that
+   list (a server that cannot serve the versions it lists) backs off before the next list, so a 410 loop
+   is bounded in rate as well as in kind.
 5. 429 and 5xx answers and connection errors back off with jitter, honouring ``Retry-After``: on a
    list they lead to another list, on a watch to a new watch from the same resourceVersion. A watch
    that ends at once without any event also backs off, so a misbehaving server cannot make us spin.
@@ -22,6 +24,7 @@ The loop, and why each step is there:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -68,6 +71,9 @@ class Reflector:
         self.watch_timeout = watch_timeout
         self.page_size = page_size
         self.backoff = backoff or Backoff()
+        #: Paces re-lists after 410s that come one after another with nothing delivered in between.
+        self._expiry_backoff = dataclasses.replace(self.backoff, _next=0.0)
+        self._delivered = False
         self.rng = rng or random.Random()
         self._sleep = sleep
         self.cache: dict[Key, JSON] = {}
@@ -111,14 +117,23 @@ class Reflector:
     async def run(self, *, iterations: int | None = None) -> None:
         """List and watch until cancelled (or for ``iterations`` list+watch rounds, for tests)."""
         done = 0
+        expired_in_a_row = 0
         while iterations is None or done < iterations:
             done += 1
+            self._delivered = False
             try:
                 await self._list()
                 await self._watch_until_expired()
             except WatchExpired:
                 log.warning("reflector %s: resourceVersion %s expired (410), re-listing",
                          self.resource.plural, self.resource_version)
+                expired_in_a_row = 1 if self._delivered else expired_in_a_row + 1
+                if expired_in_a_row == 1:
+                    self._expiry_backoff.reset()
+                else:
+                    # Expired again before the watch of the fresh list delivered anything: re-listing at once
+                    # would loop as fast as the server answers.
+                    await self._sleep(self._expiry_backoff.next())
             except ApiError as exc:
                 if exc.gone:
                     continue
@@ -195,6 +210,7 @@ class Reflector:
             if code == 410:
                 raise WatchExpired()
             raise ApiError(code or 500, str(obj.get("reason", "")), str(obj.get("message", "")), obj)
+        self._delivered = True
         rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
         if etype == "BOOKMARK":
             self.resource_version = rv or self.resource_version
