@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from gangscale.aio import cancel_and_wait
 from gangscale.clock import Clock, detached_context
+from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.model.pod import HOSTNAME_LABEL
 from gangscale.model.quantity import format_quantity
@@ -24,6 +25,10 @@ from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
+#: The simulated kubelet's status retries: from half a second, doubling, to the 10 s of a kubelet's status loop
+#: (``nodeStatusUpdateFrequency``).
+STATUS_RETRY = 0.5
+STATUS_RETRY_MAX = 10.0
 
 NODES_PATH = "/api/v1/nodes"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -203,7 +208,7 @@ class ReadyTimers:
             self.firing += 1
             try:
                 for name in names:
-                    await self.nodes.mark_ready(name, self.clock.now())
+                    await self._post_ready(unit_id, name)
             finally:
                 self.firing -= 1
         except asyncio.CancelledError:
@@ -211,3 +216,20 @@ class ReadyTimers:
         except Exception:
             # A lost timer leaves nodes NotReady forever; say so loudly rather than die silently.
             log.exception("simulated: could not mark the nodes of unit %s Ready", unit_id)
+
+    async def _post_ready(self, unit_id: str, name: str) -> None:
+        """Like a kubelet, keep posting the node's status through API-server trouble (5xx, 429, no connection):
+        one failed write must not leave a node NotReady for ever. Other refusals are the end of it."""
+        failures = 0
+        while True:
+            try:
+                await self.nodes.mark_ready(name, self.clock.now())
+                return
+            except ApiError as exc:
+                if not exc.retryable:
+                    log.error("simulated: node %s of unit %s cannot be marked Ready: %s", name, unit_id, exc)
+                    return
+                failures += 1
+                delay = max(min(STATUS_RETRY_MAX, STATUS_RETRY * 2 ** (failures - 1)), exc.retry_after or 0.0)
+                log.warning("simulated: could not mark node %s Ready (retrying in %.1fs): %s", name, delay, exc)
+                await self.clock.sleep_until(self.clock.now() + delay)

@@ -112,6 +112,12 @@ def node_requests(server: EmbeddedAPIServer, verb: str, subresource: str | None 
             if r.resource == "nodes" and r.verb == verb and r.subresource == subresource and 200 <= r.status < 300]
 
 
+def status_posts(server: EmbeddedAPIServer) -> list[tuple[str, int]]:
+    """Every node status write, failed ones too: (node, HTTP status)."""
+    return [(r.name, r.status) for r in server.requests
+            if r.resource == "nodes" and r.verb == "patch" and r.subresource == "status"]
+
+
 async def obtain(provider: SimulatedProvider, pool: NodePool, units: int, token: str) -> Obtained:
     return await provider.obtain(pool.name, units, token=token, deadline=DEADLINE)
 
@@ -208,6 +214,37 @@ async def test_zero_provision_seconds_still_patches_status(provider: SimulatedPr
 
     await wait_for(lambda: all_ready(http, got.node_names))
     assert sorted(node_requests(apiserver, "patch", "status")) == sorted(got.node_names)
+
+
+async def test_a_failed_status_post_is_retried_as_a_kubelet_would(
+        provider: SimulatedProvider, http: KubeHTTP, apiserver: EmbeddedAPIServer, clock: ManualClock,
+        caplog: pytest.LogCaptureFixture) -> None:
+    apiserver.faults.inject(Fault(verb="patch", resource="nodes", subresource="status", status=500, times=2))
+    got = await obtain(provider, CPU, 1, "tok-1")
+
+    await clock.advance(30)
+    await wait_for(lambda: clock.sleepers == 1)  # first post failed: waiting 0.5 s
+    await clock.advance(0.5)
+    await wait_for(lambda: clock.sleepers == 1 and len(status_posts(apiserver)) == 2)
+    assert not await all_ready(http, got.node_names)
+    await clock.advance(1)  # the second wait doubles
+    await wait_for(lambda: all_ready(http, got.node_names))
+
+    assert status_posts(apiserver) == [(got.node_names[0], 500), (got.node_names[0], 500), (got.node_names[0], 200)]
+    assert "Traceback" not in caplog.text and "retrying in 0.5s" in caplog.text
+
+
+async def test_a_refused_status_post_is_not_retried(
+        provider: SimulatedProvider, http: KubeHTTP, apiserver: EmbeddedAPIServer, clock: ManualClock,
+        caplog: pytest.LogCaptureFixture) -> None:
+    apiserver.faults.inject(Fault(verb="patch", resource="nodes", subresource="status", status=403, times=1))
+    got = await obtain(provider, CPU, 1, "tok-1")
+
+    await clock.advance(30)
+    await wait_for(lambda: any("cannot be marked Ready" in r.message for r in caplog.records))
+
+    assert clock.sleepers == 0 and not await all_ready(http, got.node_names)
+    assert status_posts(apiserver) == [(got.node_names[0], 403)]
 
 
 async def test_multi_host_slice_is_created_whole(provider: SimulatedProvider, http: KubeHTTP) -> None:
