@@ -83,7 +83,7 @@ from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
 from gangscale.planner import explain, plan, summarize
-from gangscale.providers.base import NodePoolProvider
+from gangscale.providers.base import ErrorClass, NodePoolProvider, ProviderError
 from gangscale.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
@@ -293,7 +293,7 @@ class Controller:
                 log.info("standby: the leader lease is held by %s", self.leader.holder or "nobody yet")
                 await self.leader.leading.wait()
                 log.info("leading: taking over (recorded scale-ups of earlier leaders are adopted)")
-            await self.provider.start()
+            await self._start_provider()
             self._apply_cluster_changes()
             for source in self.sources.values():
                 source.recover()
@@ -311,6 +311,21 @@ class Controller:
             raise
         finally:
             await self.aclose()
+
+    async def _start_provider(self) -> None:
+        """Start the provider, retrying transient failures (the API server or the cloud briefly unavailable: a new
+        leader must not exit on one 500); a refusal (credentials, configuration) stops the controller with it."""
+        delay = self.settings.retry_initial
+        while True:
+            try:
+                await self.provider.start()
+                return
+            except ProviderError as exc:
+                if exc.error_class is not ErrorClass.TRANSIENT:
+                    raise
+                log.warning("the %s provider could not start (retrying in %.1fs): %s", self.provider.name, delay, exc)
+            await self.clock.sleep(delay)
+            delay = min(self.settings.retry_max, delay * 2)
 
     def _run_background(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
         """A task that runs as long as the loop (a reflector): its failure is logged, it is cancelled at the end."""

@@ -104,8 +104,9 @@ class Cluster:
                                      clock=self.clock, metrics=Metrics(dry_run=self.settings.dry_run))
         self.task = asyncio.create_task(self.controller.run(), name="controller under test")
         await wait_for(lambda: self.ctl.ready or self.task is None or self.task.done(), timeout=10)
-        if self.task.done():
-            self.task.result()
+        if self.task.done():  # it stopped while starting: its error is the caller's (stop() will not raise it again)
+            failed, self.task = self.task, None
+            failed.result()
 
     async def stop(self) -> None:
         """Kill the controller (a crash: nothing is flushed) and the provider instance with it."""
