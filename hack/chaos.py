@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""A fault campaign against real processes: two ``gangscale run`` replicas contending for the leader lease,
+against ``gangscale sim apiserver --control``, with the simulated cloud inside them.
+
+    python hack/chaos.py [--runs 20] [--seed 1] [--fault-seconds 15] [--settle-guard 90] [--keep DIR]
+                         [--json FILE]
+
+Run *i* plays the schedule of seed ``seed + i`` (``chaoslib.plan``): gangs (ProvisioningRequests) created and
+deleted, replicas SIGKILLed, SIGTERMed and SIGSTOPped at chosen moments, API-server faults (500, 429 with
+Retry-After, 409, dropped and 410-expired watches, failed Lease writes, latency), and cloud faults in each
+replica start's pool file (stockout, partial grant, lost responses, transient errors, never-Ready nodes,
+latency). Then the faults stop, both replicas are rolled onto clean pool files, and the run waits until
+everything settles and checks the invariants of ``chaoslib.checks``. One line per run, then
+``chaos: N/M runs clean``; exit status 1 if any run found a violation. Logs of a run with violations are kept
+(under ``--keep``, or a temporary directory that is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from chaoslib.run import Outcome, run_once
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20, help="number of runs (default 20)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the first run; run i uses seed+i (default 1)")
+    parser.add_argument("--fault-seconds", type=float, default=15.0, help="length of the fault phase (default 15)")
+    parser.add_argument("--settle-guard", type=float, default=90.0,
+                        help="how long the end state may take to settle before the run fails (default 90)")
+    parser.add_argument("--keep", type=Path, default=None, help="keep every run's logs under this directory")
+    parser.add_argument("--json", type=Path, default=None, help="write every run's figures here")
+    return parser.parse_args(argv)
+
+
+def totals(outcomes: list[Outcome]) -> str:
+    def total(attr: str) -> int:
+        return sum(int(getattr(o, attr)) for o in outcomes)
+
+    return (f"chaos totals: {total('gangs')} gangs ({total('deletes')} deleted), {total('kills')} SIGKILLs, "
+            f"{total('terms')} SIGTERMs, {total('pauses')} SIGSTOPs, {total('api_faults_acted')} API fault hits "
+            f"({total('api_faults')} faults), {total('cloud_faults')} cloud faults over {total('starts')} process "
+            f"starts, {total('leaders')} leaderships, {total('changes_judged')} changes judged, "
+            f"{sum(len(o.violations) for o in outcomes)} violations")
+
+
+async def campaign(args: argparse.Namespace) -> int:
+    outcomes: list[Outcome] = []
+    for seed in range(args.seed, args.seed + args.runs):
+        workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-")) if args.keep is None else args.keep / f"seed-{seed}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        outcome = await run_once(seed, workdir, fault_seconds=args.fault_seconds, settle_guard=args.settle_guard)
+        outcomes.append(outcome)
+        print(outcome.line(), flush=True)
+        for violation in outcome.violations:
+            print(f"    {violation}", flush=True)
+        if outcome.violations:
+            print(f"    logs: {workdir}", flush=True)
+        elif args.keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    clean = sum(1 for o in outcomes if o.clean)
+    print(totals(outcomes))
+    print(f"chaos: {clean}/{len(outcomes)} runs clean")
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(o) for o in outcomes], indent=1) + "\n")
+    return 0 if clean == len(outcomes) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return asyncio.run(campaign(parse(sys.argv[1:] if argv is None else argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The invariants a chaos run is judged by. Each check returns the violations it found, as sentences.
+
+During the run (from the watch history, in write order):
+- no request is marked ``Provisioned=True`` for new nodes while any of them is not Ready (a plan may add free
+  nodes that exist to its new ones: those are judged with the pool);
+- at no moment do a pool's ``Provisioned=True`` requests need more nodes than are Ready in it (what Kueue was
+  told exists, exists: new nodes, or free ones found, are not scaled down or promised twice);
+- never more nodes alive for a request than it needs.
+
+From the API server's request log: no process changed anything (a status write, an event, a node create or
+delete by its cloud) outside its leadership, i.e. at a moment when its last successful Lease write was more than
+a lease duration old, or when another replica had written the Lease since.
+
+At the end, once the faults stopped and things settled: every live request is ``Provisioned=True``; one
+provisioned with new nodes has them all Ready, and no more than it needs; every pool holds exactly the nodes its
+live requests need, all Ready (nothing left that nobody needs). From the logs: no traceback, and no process
+exited except when the harness killed or stopped it or when it lost the lease.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from chaoslib.observe import History, condition, gang_uid, is_true, node_pool, node_ready
+from chaoslib.plan import Gang
+from chaoslib.procs import LOST_LEASE, Start
+
+JSON = dict[str, Any]
+_AGENT = re.compile(r"^(gangscale(?:-simulated-cloud)?)/\S+ \((?P<identity>[^)]+)\)$")
+_CHANGES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+#: The reason gangscale gives when a request's own new nodes are Ready (others: it fits on capacity that exists).
+NEW_NODES = "CapacityIsProvisioned"
+
+
+@dataclass
+class _Replay:
+    """The cluster as the write order leaves it after each event."""
+
+    gangs: Mapping[str, Gang]
+    nodes: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # name -> (gang uid, pool, Ready)
+    provisioned: set[str] = field(default_factory=set)
+    names: dict[str, str] = field(default_factory=dict)
+    most: dict[str, int] = field(default_factory=dict)
+
+    def ready_in(self, pool: str) -> int:
+        return sum(1 for _, in_pool, ready in self.nodes.values() if in_pool == pool and ready)
+
+    def promised_in(self, pool: str) -> int:
+        return sum(self.gangs[uid].nodes for uid in self.provisioned if self.gangs[uid].pool == pool)
+
+    def short(self, pool: str, rv: int, after: str) -> str | None:
+        ready, promised = self.ready_in(pool), self.promised_in(pool)
+        if ready >= promised:
+            return None
+        holders = ", ".join(sorted(self.names[uid] for uid in self.provisioned if self.gangs[uid].pool == pool))
+        return (f"after {after} (rv {rv}) pool {pool} had {ready} Ready nodes for Provisioned requests that need "
+                f"{promised} ({holders})")
+
+
+def during_run(history: History, gangs_by_uid: Mapping[str, Gang]) -> list[str]:
+    """Replayed in write order: a request marked ``Provisioned=True`` for its own new nodes has them all Ready; at
+    no moment do the Provisioned requests of a pool need more nodes than are Ready in it (capacity promised to
+    Kueue is capacity that exists, new or found); never more nodes alive for a request than it needs."""
+    problems: list[str] = []
+    state = _Replay(gangs_by_uid)
+    for event in history.ordered():
+        if event.kind == "node":
+            if event.type == "DELETED":
+                gone = state.nodes.pop(event.name, None)
+                pool = gone[1] if gone else event.detail
+                problem = state.short(pool, event.rv, f"node {event.name} was deleted")
+            else:
+                state.nodes[event.name] = (event.owner, event.detail, event.flag)
+                count = sum(1 for owner, _, _ in state.nodes.values() if owner == event.owner)
+                state.most[event.owner] = max(state.most.get(event.owner, 0), count)
+                problem = None if event.flag else state.short(event.detail, event.rv, f"node {event.name} changed")
+        elif event.kind == "request" and event.uid in gangs_by_uid:
+            gang = gangs_by_uid[event.uid]
+            state.names[event.uid] = event.name
+            was = event.uid in state.provisioned
+            now = event.flag and event.type != "DELETED"
+            (state.provisioned.add if now else state.provisioned.discard)(event.uid)
+            problem = None
+            if now and not was:
+                own = [ready for owner, _, ready in state.nodes.values() if owner == event.uid]
+                if event.detail == NEW_NODES and (not own or not all(own)):
+                    # Its plan may also use free nodes that exist (checked with the pool); its new ones: all Ready.
+                    problem = (f"{event.name} was marked Provisioned=True ({NEW_NODES}, rv {event.rv}) with "
+                               f"{sum(own)} of its {len(own)} new nodes Ready")
+                else:
+                    problem = state.short(gang.pool, event.rv, f"{event.name} was marked Provisioned=True")
+        else:
+            continue
+        if problem is not None:
+            problems.append(problem)
+    for uid, most in sorted(state.most.items()):
+        gang = gangs_by_uid.get(uid)
+        if gang is not None and most > gang.nodes:
+            problems.append(f"{state.names.get(uid, gang.name)} had {most} nodes alive at once; it needs {gang.nodes}")
+    return problems
+
+
+def _when(entry: JSON) -> float:
+    return datetime.fromisoformat(str(entry["time"])).timestamp()
+
+
+def leadership(log: Iterable[JSON], lease_seconds: float) -> tuple[list[str], int]:
+    """Changes made outside the maker's leadership; also the number of changes judged."""
+    leases: list[tuple[float, str]] = []
+    changes: list[tuple[float, str, str]] = []
+    for entry in log:
+        match = _AGENT.match(str(entry.get("userAgent", "")))
+        if match is None or entry.get("verb") not in _CHANGES:
+            continue
+        program, identity = match.group(1), match.group("identity")
+        what = f"{entry['verb']} {entry['resource']}{'/' + entry['subresource'] if entry.get('subresource') else ''}" \
+               f" {entry.get('name') or ''}".rstrip()
+        if entry.get("resource") == "leases":
+            if 200 <= int(entry.get("status") or 0) < 300:
+                leases.append((_when(entry), identity))
+        elif program == "gangscale" or (entry.get("resource") == "nodes" and not entry.get("subresource")):
+            # The cloud's node creates and deletes are provider calls; its kubelet's status updates are not.
+            changes.append((_when(entry), identity, what))
+    leases.sort()
+    problems: list[str] = []
+    for at, identity, what in changes:
+        own = [t for t, who in leases if who == identity and t <= at]
+        if not own:
+            problems.append(f"{identity} made '{what}' without ever holding the lease")
+            continue
+        renewed = own[-1]
+        if at - renewed >= lease_seconds:
+            problems.append(f"{identity} made '{what}' {at - renewed:.2f}s after its last lease write")
+        usurper = next((who for t, who in leases if renewed < t <= at and who != identity), None)
+        if usurper is not None:
+            problems.append(f"{identity} made '{what}' after {usurper} had taken the lease")
+    return problems, len(changes)
+
+
+def at_the_end(requests: list[JSON], nodes: list[JSON], gangs_by_name: Mapping[str, Gang]) -> list[str]:
+    """Every live request ``Provisioned=True``; one provisioned with new nodes has them all Ready; each
+    pool holds exactly the nodes its live requests need, all Ready (a node of a deleted request may serve a request
+    that found it free; any more is capacity nobody needs, left after scale-down time)."""
+    problems: list[str] = []
+    by_uid: dict[str, list[JSON]] = {}
+    for node in nodes:
+        by_uid.setdefault(gang_uid(node), []).append(node)
+    need_per_pool: dict[str, int] = {}
+    for request in sorted(requests, key=lambda r: r["metadata"]["name"]):
+        name, uid = request["metadata"]["name"], request["metadata"]["uid"]
+        gang = gangs_by_name.get(name)
+        if gang is not None:
+            need_per_pool[gang.pool] = need_per_pool.get(gang.pool, 0) + gang.nodes
+        if not is_true(request, "Provisioned"):
+            conditions = ", ".join(f"{c['type']}={c['status']}({c.get('reason', '')})"
+                                   for c in (request.get("status") or {}).get("conditions") or [])
+            problems.append(f"{name} has no outcome: {conditions or 'no conditions'}")
+            continue
+        if is_true(request, "Failed"):
+            problems.append(f"{name} failed")
+        mine = by_uid.get(uid, [])
+        reason = (condition(request, "Provisioned") or {}).get("reason")
+        if gang is not None and reason == NEW_NODES and (
+                not mine or len(mine) > gang.nodes or not all(node_ready(n) for n in mine)):
+            ready = sum(1 for n in mine if node_ready(n))
+            problems.append(f"{name} is Provisioned ({NEW_NODES}) with {len(mine)} new nodes ({ready} Ready); it "
+                            f"needs {gang.nodes} nodes in all")
+    for pool in sorted({node_pool(n) for n in nodes} | set(need_per_pool)):
+        in_pool = [n for n in nodes if node_pool(n) == pool]
+        ready = sum(1 for n in in_pool if node_ready(n))
+        need = need_per_pool.get(pool, 0)
+        if len(in_pool) != need or ready != need:
+            problems.append(f"pool {pool or '(none)'} has {len(in_pool)} nodes ({ready} Ready); its live requests "
+                            f"need {need}: {', '.join(sorted(n['metadata']['name'] for n in in_pool)) or '-'}")
+    return problems
+
+
+def processes(starts: Iterable[Start]) -> list[str]:
+    problems: list[str] = []
+    for start in starts:
+        text = start.text()
+        if "Traceback" in text:
+            problems.append(f"{start.log.name}: a traceback in the log")
+        code = start.proc.returncode
+        if code is None or start.ended_by == "kill":
+            continue
+        if code == 1 and any(LOST_LEASE in m for m in start.messages()):
+            continue
+        if start.ended_by == "term" and code in (0, -15):  # -15: stopped before its signal handlers were set
+            continue
+        problems.append(f"{start.log.name}: exited with {code}" + (" after SIGTERM" if start.ended_by else ""))
+    return problems
+
+
+def by_name(gangs: Iterable[Gang]) -> dict[str, Gang]:
+    return {gang.name: gang for gang in gangs}

@@ -1,0 +1,197 @@
+"""A chaos run's schedule: a pure function of its seed.
+
+What the seed fixes: which gangs are created and deleted when, which replica is killed (SIGKILL), stopped
+(SIGTERM) or paused (SIGSTOP … SIGCONT) when, which API-server faults are injected when, and which cloud faults
+each successive process start gets in its pool file. What it cannot fix: how real processes on a real clock
+interleave with those moments. A failing seed is re-run with the same schedule; the interleaving may differ.
+
+Gangs never ask for more than the pools hold together (the schedule keeps the live demand per pool within each
+pool's ``maxUnits``), so every live gang can and must end ``Provisioned=True`` once the faults stop.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = dict[str, Any]
+
+#: The pools of every run: (name, nodes per unit, maxUnits). Each gang's pod needs one whole node.
+POOLS: dict[str, tuple[int, int]] = {"tpu": (2, 3), "gpu": (1, 5), "cpu": (1, 5)}
+
+POOL_FILE = """\
+nodePools:
+  - name: tpu
+    machineType: ct5lp-hightpu-4t
+    tpuTopology: 2x4
+    zone: us-central1-a
+    maxUnits: {tpu_max}
+    simulated: {{provisionSeconds: 0.5{tpu}}}
+  - name: gpu
+    machineType: a3-highgpu-8g
+    zone: us-central1-a
+    maxUnits: {gpu_max}
+    simulated: {{provisionSeconds: 0.3{gpu}}}
+  - name: cpu
+    zone: us-central1-a
+    maxUnits: {cpu_max}
+    allocatable: {{cpu: "16", memory: 64Gi, pods: "110"}}
+    simulated: {{provisionSeconds: 0.3{cpu}}}
+"""
+
+#: The pod of each shape: one per node of its pool.
+TEMPLATES: dict[str, JSON] = {
+    "tpu": {"nodeSelector": {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                             "cloud.google.com/gke-tpu-topology": "2x4"},
+            "containers": [{"name": "worker", "image": "jax", "resources": {"limits": {"google.com/tpu": "4"}}}]},
+    "gpu": {"containers": [{"name": "trainer", "image": "trainer",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}}}]},
+    "cpu": {"nodeSelector": {"gangscale.io/node-pool": "cpu"},
+            "containers": [{"name": "worker", "image": "worker",
+                            "resources": {"requests": {"cpu": "12", "memory": "8Gi"}}}]},
+}
+#: (pool, pods): the gangs a run picks from. A TPU gang of 4 pods is two 2-host slices.
+SHAPES: tuple[tuple[str, int], ...] = (("tpu", 2), ("tpu", 4), ("gpu", 1), ("gpu", 2), ("gpu", 3), ("cpu", 1),
+                                       ("cpu", 2))
+
+
+@dataclass(frozen=True)
+class Gang:
+    name: str
+    pool: str
+    pods: int
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the gang needs: one per pod."""
+        return self.pods
+
+    @property
+    def units(self) -> int:
+        return -(-self.pods // POOLS[self.pool][0])
+
+
+@dataclass(frozen=True)
+class Action:
+    at: float
+    kind: str  # create | delete | kill | term | pause | api-fault
+    gang: Gang | None = None
+    #: kill / term / pause: "leader" or "standby" (resolved from the Lease when the action runs).
+    target: str = ""
+    seconds: float = 0.0
+    fault: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    fault_seconds: float
+    actions: tuple[Action, ...]
+
+    def gangs(self) -> list[Gang]:
+        return [a.gang for a in self.actions if a.kind == "create" and a.gang is not None]
+
+    def count(self, *kinds: str) -> int:
+        return sum(1 for a in self.actions if a.kind in kinds)
+
+
+#: API-server faults, aimed at gangscale's requests only (its user agents start with "gangscale"; the harness's
+#: do not). Each is (weight, maker).
+def _api_faults(rng: random.Random) -> JSON:
+    kind = rng.choices(["status-500", "throttle", "watch-drop", "gone", "lease-500", "node-500", "latency",
+                        "conflict"], weights=[3, 2, 3, 2, 2, 2, 1, 1])[0]
+    agent = "gangscale*"
+    if kind == "status-500":
+        return {"verb": rng.choice(["patch", "list", "get", "create"]), "status": 500, "times": rng.randint(1, 4),
+                "user_agent": agent}
+    if kind == "throttle":
+        return {"verb": "patch", "resource": "provisioningrequests", "status": 429, "retry_after": 1,
+                "times": rng.randint(1, 3), "user_agent": agent}
+    if kind == "watch-drop":
+        return {"verb": "watch", "resource": rng.choice(["nodes", "provisioningrequests", "pods", "*"]),
+                "drop_after_events": rng.randint(0, 3), "abort": rng.random() < 0.5, "times": rng.randint(1, 3),
+                "user_agent": agent}
+    if kind == "gone":
+        return {"verb": "watch", "resource": rng.choice(["nodes", "provisioningrequests", "*"]), "gone": True,
+                "times": rng.randint(1, 2), "user_agent": agent}
+    if kind == "lease-500":  # renewals fail: the leader may lose the lease and must exit
+        return {"resource": "leases", "verb": rng.choice(["update", "get"]), "status": 500,
+                "times": rng.randint(1, 10), "user_agent": agent}
+    if kind == "node-500":  # the cloud's node writes fail
+        return {"resource": "nodes", "verb": rng.choice(["create", "delete"]), "status": 500,
+                "times": rng.randint(1, 3), "user_agent": agent}
+    if kind == "latency":
+        return {"verb": rng.choice(["list", "patch", "create"]), "latency": round(rng.uniform(0.05, 0.3), 2),
+                "times": rng.randint(1, 5), "user_agent": agent}
+    return {"verb": "patch", "resource": "provisioningrequests", "subresource": "status", "status": 409,
+            "times": rng.randint(1, 2), "user_agent": agent}
+
+
+def make_plan(seed: int, fault_seconds: float = 15.0) -> Plan:
+    rng = random.Random(seed)
+    actions: list[Action] = []
+    live: list[tuple[float, Gang]] = []
+    made = 0
+    # Gangs arrive over the first 80% of the fault phase; some are deleted later (mid-scale-up or provisioned).
+    for at in sorted(rng.uniform(0, fault_seconds * 0.8) for _ in range(rng.randint(5, 10))):
+        pool, pods = rng.choice(SHAPES)
+        gang = Gang(f"gang-{made}", pool, pods)
+        in_use = sum(g.units for _, g in live if g.pool == pool)
+        if in_use + gang.units > POOLS[pool][1]:
+            if not live:
+                continue
+            _, gone = live.pop(rng.randrange(len(live)))
+            actions.append(Action(at, "delete", gone))
+            in_use = sum(g.units for _, g in live if g.pool == pool)
+            if in_use + gang.units > POOLS[pool][1]:
+                continue
+        made += 1
+        live.append((at, gang))
+        actions.append(Action(at, "create", gang))
+    for _ in range(rng.randint(0, 2)):
+        if live:
+            created, gang = live.pop(rng.randrange(len(live)))
+            actions.append(Action(rng.uniform(created, fault_seconds), "delete", gang))
+    for _ in range(rng.randint(2, 4)):
+        kind = rng.choices(["kill", "term", "pause"], weights=[3, 1, 2])[0]
+        target = rng.choices(["leader", "standby"], weights=[3, 1])[0]
+        actions.append(Action(rng.uniform(0.5, fault_seconds), kind, target=target,
+                              seconds=round(rng.uniform(0.5, 4.0), 2) if kind == "pause" else 0.0))
+    for _ in range(rng.randint(3, 7)):
+        actions.append(Action(rng.uniform(0, fault_seconds), "api-fault", fault=_api_faults(rng)))
+    actions.sort(key=lambda a: a.at)
+    return Plan(seed, fault_seconds, tuple(actions))
+
+
+def pool_file(rng: random.Random | None) -> str:
+    """The pool file of one process start: clean with ``rng`` None, else cloud faults drawn from it (half the
+    starts get none)."""
+    knobs: dict[str, dict[str, str]] = {name: {} for name in POOLS}
+    if rng is not None and rng.random() < 0.5:
+        for _ in range(rng.randint(1, 2)):
+            pool = rng.choice(list(POOLS))
+            key, value = rng.choice([
+                ("stockout", "true"),
+                ("partialGrant", "1" if POOLS[pool][0] == 1 else "0"),
+                ("lostResponses", str(rng.randint(1, 2))),
+                ("transientErrors", str(rng.randint(1, 3))),
+                ("neverReady", "true"),
+                ("latencySeconds", str(round(rng.uniform(0.1, 0.6), 2))),
+            ])
+            knobs[pool][key] = value
+    extra = {pool: "".join(f", {key}: {value}" for key, value in sorted(kv.items())) for pool, kv in knobs.items()}
+    return POOL_FILE.format(tpu=extra["tpu"], gpu=extra["gpu"], cpu=extra["cpu"],
+                            tpu_max=POOLS["tpu"][1], gpu_max=POOLS["gpu"][1], cpu_max=POOLS["cpu"][1])
+
+
+def faults_of(text: str) -> list[str]:
+    """The cloud faults a pool file sets, as "pool.knob" (for the run's summary)."""
+    out, pool = [], ""
+    for line in text.splitlines():
+        if line.strip().startswith("- name:"):
+            pool = line.split(":", 1)[1].strip()
+        elif "simulated:" in line:
+            inner = line.split("{", 1)[1].rsplit("}", 1)[0]
+            out += [f"{pool}.{part.split(':')[0].strip()}" for part in inner.split(",")[1:]]
+    return out

@@ -1,0 +1,170 @@
+"""The processes of a chaos run: ``gangscale sim apiserver --control`` and two ``gangscale run`` replicas,
+restarted like a kubelet restarts a container (a short delay after each exit) while the run goes on.
+
+Every replica start gets its own pool file (cloud faults drawn from the run's seed, or none once the faults
+stop) and an identity: ``r<slot>-<start>`` (a new pod), or the slot's previous identity (a container restarted in
+the same pod). Its user agents carry that identity, so the API server's request log tells the replicas apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chaoslib.plan import faults_of, pool_file
+
+#: Leader election as deployed, scaled down (15/10/2 s -> 2/1.5/0.3 s) so that a run takes seconds.
+LEASE_SECONDS = 2.0
+RUN_FLAGS = (
+    "--provider", "simulated", "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--log-format", "json",
+    "--no-ray", "--batch-idle", "100ms", "--batch-max", "1s", "--booking-ttl", "10m",
+    "--scale-down-unneeded-time", "1s", "--max-node-provision-time", "4s", "--retry-initial", "500ms",
+    "--retry-max", "2s", "--pool-backoff", "1s",
+    "--leader-elect-lease-duration", f"{LEASE_SECONDS:g}s", "--leader-elect-renew-deadline", "1500ms",
+    "--leader-elect-retry-period", "300ms")
+#: How long any one wait of the harness may take before the run is declared hung.
+HANG_GUARD = 60.0
+LOST_LEASE = "the leader lease was lost"
+
+
+@dataclass
+class Start:
+    """One process start of a replica slot."""
+
+    slot: int
+    number: int
+    identity: str
+    log: Path
+    pools: str
+    proc: asyncio.subprocess.Process
+    #: What the harness did to it: "kill", "term" (exits it expects), or "" (it exited by itself).
+    ended_by: str = ""
+    paused: bool = False
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def messages(self) -> list[str]:
+        out = []
+        for line in self.text().splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(str(json.loads(line).get("msg", "")))
+        return out
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+
+@dataclass
+class Replicas:
+    """Two replica slots; ``faults`` draws each start's cloud faults (None: clean pool files)."""
+
+    workdir: Path
+    kubeconfig: Path
+    faults: random.Random | None
+    starts: list[Start] = field(default_factory=list)
+    current: dict[int, Start] = field(default_factory=dict)
+    supervising: bool = True
+    identity_rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    async def start(self, slot: int) -> Start:
+        number = len(self.starts)
+        previous = self.current.get(slot)
+        same_pod = previous is not None and previous.ended_by != "term" and self.identity_rng.random() < 0.3
+        identity = previous.identity if same_pod and previous is not None else f"r{slot}-{number}"
+        text = pool_file(self.faults)
+        pools = self.workdir / f"pools-{number}.yaml"
+        pools.write_text(text)
+        log = self.workdir / f"replica-{number}-{identity}.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gangscale.cli", "run", "--kubeconfig", str(self.kubeconfig),
+                "--config", str(pools), *RUN_FLAGS, "--leader-elect-identity", identity,
+                stdout=out, stderr=asyncio.subprocess.STDOUT)
+        start = Start(slot, number, identity, log, text, proc)
+        self.starts.append(start)
+        self.current[slot] = start
+        return start
+
+    async def supervise(self) -> None:
+        """Restart an exited replica half a second after it exits, as a kubelet would (no growing backoff: the
+        run is short)."""
+        while True:
+            for slot, start in list(self.current.items()):
+                if not start.alive and self.supervising:
+                    await asyncio.sleep(0.5)
+                    if self.supervising and self.current[slot] is start:
+                        await self.start(slot)
+            await asyncio.sleep(0.05)
+
+    def pick(self, role: str, leader: str) -> Start | None:
+        """The live replica that leads (its identity holds the Lease) or stands by."""
+        live = [s for s in self.current.values() if s.alive and not s.paused]
+        leading = [s for s in live if s.identity == leader]
+        others = [s for s in live if s.identity != leader]
+        chosen = leading if role == "leader" else others
+        return chosen[0] if chosen else None
+
+    def kill(self, start: Start) -> None:
+        start.ended_by = "kill"
+        self._signal(start, signal.SIGKILL)
+
+    def term(self, start: Start) -> None:
+        start.ended_by = "term"
+        self._signal(start, signal.SIGTERM)
+
+    async def pause(self, start: Start, seconds: float) -> None:
+        start.paused = True
+        self._signal(start, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._signal(start, signal.SIGCONT)
+            start.paused = False
+
+    @staticmethod
+    def _signal(start: Start, sig: signal.Signals) -> None:
+        if start.alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(start.proc.pid, sig)
+
+    async def stop_all(self) -> None:
+        self.supervising = False
+        for start in self.starts:
+            if start.alive:
+                self._signal(start, signal.SIGCONT)
+                self.kill(start)
+            await start.proc.wait()
+
+    def cloud_faults(self) -> int:
+        return sum(len(faults_of(s.pools)) for s in self.starts)
+
+
+@contextlib.asynccontextmanager
+async def apiserver(workdir: Path) -> AsyncIterator[Path]:
+    kubeconfig, log = workdir / "kubeconfig", workdir / "apiserver.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gangscale.cli", "sim", "apiserver", "--port", "0", "--kubeconfig",
+            str(kubeconfig), "--control", "--bookmark-interval", "1", stdout=out, stderr=asyncio.subprocess.STDOUT)
+    try:
+        deadline = asyncio.get_running_loop().time() + HANG_GUARD
+        while "stop with Ctrl-C" not in log.read_text(errors="replace"):
+            if proc.returncode is not None or asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"the API server did not start:\n{log.read_text(errors='replace')}")
+            await asyncio.sleep(0.05)
+        yield kubeconfig
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await asyncio.wait_for(proc.wait(), HANG_GUARD)
+
