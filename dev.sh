@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's two commands. Each one installs what it needs into .venv first.
 #   ./dev.sh demo   run the main job: `gangscale demo` (the TPU multislice scenario, simulated end to end)
-#   ./dev.sh test   run the whole test suite: lint, type checks, layering contract, tests
+#   ./dev.sh test   run the whole test suite: lint, type checks, layering contract, tests, and a short chaos
+#                   campaign (CHAOS_RUNS runs, default 6; 0 skips it; skipped when pytest args are given)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -57,6 +58,13 @@ case "$cmd" in
     echo "== mypy";          mypy
     echo "== import-linter"; lint-imports
     echo "== pytest";        pytest -q "$@"
+    if [ $# -eq 0 ] && [ "${CHAOS_RUNS:-6}" -gt 0 ]; then
+      # A short fault campaign on every change; its seeds follow the commit, so a failure re-runs with
+      # `python hack/chaos.py --runs N --seed S` (the seed is printed).
+      seed=$(( 0x$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1) % 1000000 ))
+      echo "== chaos (seed $seed, ${CHAOS_RUNS:-6} runs)"
+      python hack/chaos.py --runs "${CHAOS_RUNS:-6}" --seed "$seed"
+    fi
     ;;
   *)
     echo "usage: ./dev.sh demo | ./dev.sh test [pytest args]" >&2

@@ -22,7 +22,7 @@ from gangscale.controller.request import Phase, RequestState, phase
 from gangscale.controller.verify import scale_up_problems
 from gangscale.controller.view import ClusterView
 from gangscale.model.nodepool import NodePool
-from gangscale.providers.base import Obtained
+from gangscale.providers.base import Obtained, ProviderError
 from gangscale.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
@@ -89,5 +89,7 @@ async def release_orphans(view: ClusterView, known: set[str], release: ReleaseUn
                     len(units), pool, claim)
         try:
             await release(pool, sorted(units), claim)
+        except ProviderError as exc:  # a classified failure (transient, fenced, refused): no traceback
+            log.warning("could not release orphaned units of pool %s: %s", pool, exc)
         except Exception:
             log.exception("could not release orphaned units of pool %s", pool)

@@ -59,6 +59,7 @@ from typing import Any
 
 from gangscale.clock import Clock
 from gangscale.configschema import DEFAULT_PROVISION_SECONDS
+from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.providers.base import (
     TOKEN_LABEL,
@@ -369,9 +370,10 @@ class SimulatedProvider:
                 except ProviderError as exc:  # the fence: the lease went while rolling back
                     log.warning("simulated: stopped rolling back token %s: %s", record.token, exc.message)
                     return False
-                except Exception:
-                    log.warning("simulated: could not roll back node %s of token %s", name, record.token,
-                                exc_info=True)
+                except Exception as exc:
+                    # An API-server error is expected here (the caller retries the rollback); anything else is a bug.
+                    log.warning("simulated: could not roll back node %s of token %s: %s", name, record.token, exc,
+                                exc_info=not isinstance(exc, ApiError))
                     clean = False
                     continue
                 record.created.discard(name)

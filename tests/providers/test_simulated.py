@@ -592,7 +592,8 @@ async def test_api_failure_mid_obtain_rolls_back(provider: SimulatedProvider, ht
 
 
 async def test_failed_rollback_keeps_the_units_and_a_retry_finishes_them(
-        provider: SimulatedProvider, http: KubeHTTP, apiserver: EmbeddedAPIServer, clock: ManualClock) -> None:
+        provider: SimulatedProvider, http: KubeHTTP, apiserver: EmbeddedAPIServer, clock: ManualClock,
+        caplog: pytest.LogCaptureFixture) -> None:
     apiserver.faults.inject(Fault(verb="create", resource="nodes", status=None, times=1))
     apiserver.faults.inject(Fault(verb="create", resource="nodes", status=500, times=1))
     apiserver.faults.inject(Fault(verb="delete", resource="nodes", status=500, times=None))
@@ -605,6 +606,7 @@ async def test_failed_rollback_keeps_the_units_and_a_retry_finishes_them(
     assert designated.incomplete == (designated.units[0].unit_id,)  # the lookup says the slice is not whole
     assert sorted(await list_nodes(http)) == [designated.node_names[0]]
     assert provider.available(TPU.name) == 1  # the half-made slice still holds its stock
+    assert "could not roll back node" in caplog.text and "Traceback" not in caplog.text  # expected: no traceback
 
     apiserver.faults.clear()
     finished = await obtain(provider, TPU, 1, "tok-1")
