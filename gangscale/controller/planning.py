@@ -54,6 +54,9 @@ def rebook(lost: Sequence[RequestState], sources: Mapping[str, GangSource], view
     their own new nodes when a recorded scale-up made them, else on free capacity (:mod:`rebook`)."""
     bookings: list[Booking] = list(snapshot.bookings)
     on_free: dict[str, Gang] = {}
+    own_nodes = {st.key: {name for token in st.record.tokens for name in view.nodes_of(token)}
+                 for st in lost if st.record is not None}
+    rebuilt_on = set().union(*own_nodes.values())
     for st in sorted(lost, key=lambda st: st.key):
         source = sources[st.request.source]
         got = source.gang(st, may_scale=False)
@@ -70,7 +73,8 @@ def rebook(lost: Sequence[RequestState], sources: Mapping[str, GangSource], view
                if not view.nodes[name].deleting]
         consumed = consumed_on((p.node, p.requests) for p in source.consumers(st))
         st.booking = rebuilt_booking(gang, own, consumed, replace(snapshot, bookings=tuple(bookings)),
-                                     {step.pool for step in st.record.steps}, now, policy)
+                                     {step.pool for step in st.record.steps}, now, policy,
+                                     taken=rebuilt_on - own_nodes[st.key])
         bookings.extend(live_bookings(st.key, st.booking, consumed, view.nodes))
     if not on_free:
         return

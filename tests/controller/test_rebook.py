@@ -45,6 +45,8 @@ class Case:
     others: tuple[NodeState, ...] = ()
     consumed: Mapping[str, str] = field(default_factory=dict)
     bookings: tuple[Booking, ...] = ()
+    #: Own nodes of other requests rebuilt in the same pass.
+    taken: tuple[str, ...] = ()
 
 
 CASES = [
@@ -61,6 +63,10 @@ CASES = [
     Case("free-room-booked-by-another-request-is-not-taken", gang(3), (node("new-0"), node("new-1")),
          {"new-0": "16", "new-1": "16"}, others=(node("a-free"),),
          bookings=(Booking("ns/other", "a-free", cpu("12")),)),
+    Case("own-nodes-of-another-request-rebuilt-alongside-are-not-free-room", gang(3), (node("new-0"),),
+         {"x-free": "12", "y-free": "12", "new-0": "12"},
+         others=(node("a-theirs-0", used="4"), node("a-theirs-1", used="4"), node("x-free"), node("y-free")),
+         taken=("a-theirs-0", "a-theirs-1")),
     Case("own-nodes-a-plan-leaves-unused-stay-held-whole", gang(1, cpu="4"),
          (node("new-0", used="14"), node("new-1")), {"new-0": "16", "new-1": "4"}, others=(node("a-free"),)),
     Case("own-nodes-the-wider-plan-leaves-unused-stay-held-whole", gang(3, cpu="8"),
@@ -75,6 +81,6 @@ CASES = [
 def test_rebuilt_booking(case: Case) -> None:
     snap = snapshot([CPU, OTHER], [*case.own, *case.others], case.bookings)
     consumed = {name: cpu(amount) for name, amount in case.consumed.items()}
-    booked = rebuilt_booking(case.gang, case.own, consumed, snap, {"cpu"}, NOW, Policy())
+    booked = rebuilt_booking(case.gang, case.own, consumed, snap, {"cpu"}, NOW, Policy(), taken=case.taken)
     assert {name: held.get("cpu") for name, held in booked.items()} == {
         name: cpu(amount).get("cpu") for name, amount in case.want.items()}
