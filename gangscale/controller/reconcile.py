@@ -169,8 +169,8 @@ def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
     problems = scale_up_problems(record.steps, st.obtained, ctx.pools)
     if problems:
         # Never reached through the actuator, which checks every result: a last guard before Provisioned=True.
-        why = (f"the scale-up is not whole ({'; '.join(problems)}); every unit of it was released and the "
-               "request is re-planned")
+        why = (f"the scale-up is not whole ({'; '.join(problems)}); every unit of it is released and the "
+               "request re-planned once they are gone")
         abandon(st, nodes, why, "ScaleUpIncomplete", ctx.now, acts)
         return
     ready = [name for name in nodes if ctx.world.node_ready(name)]
@@ -188,7 +188,7 @@ def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
         ctx.backoffs.fail(pool, "nodes that did not become Ready in time", ctx.now)
     why = (f"{len(nodes) - len(ready)} of {len(nodes)} new nodes were not Ready within "
            f"{duration(ctx.settings.max_node_provision_time)} (pools {', '.join(late) or '?'}); every unit of the "
-           "scale-up was released and the request is re-planned")
+           "scale-up is released and the request re-planned once they are gone")
     abandon(st, nodes, why, "ScaleUpTimedOut", ctx.now, acts)
 
 

@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
+
 from chaoslib.plan import faults_of, pool_file
 
 #: Leader election as deployed, scaled down (15/10/2 s -> 2/1.5/0.3 s) so that a run takes seconds.
@@ -58,6 +60,14 @@ class Start:
             with contextlib.suppress(ValueError):
                 out.append(str(json.loads(line).get("msg", "")))
         return out
+
+    def observe_port(self) -> int | None:
+        for line in self.text().splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if entry.get("msg") == "observe server listening":
+                    return int(entry["port"])
+        return None
 
     @property
     def alive(self) -> bool:
@@ -144,6 +154,19 @@ class Replicas:
                 self._signal(start, signal.SIGCONT)
                 self.kill(start)
             await start.proc.wait()
+
+    async def save_debug_plans(self) -> None:
+        """Each live replica's ``/debug/plans`` next to its log: what it thought when the run went wrong."""
+        async with aiohttp.ClientSession() as session:
+            for start in self.current.values():
+                port = start.observe_port()
+                if not start.alive or port is None:
+                    continue
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with session.get(f"http://127.0.0.1:{port}/debug/plans",
+                                           timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                        (self.workdir / f"debug-plans-{start.number}-{start.identity}.json").write_bytes(
+                            await resp.read())
 
     def cloud_faults(self) -> int:
         return sum(len(faults_of(s.pools)) for s in self.starts)

@@ -173,6 +173,8 @@ async def run_once(seed: int, workdir: Path, *, fault_seconds: float = 15.0, set
             await run.roll()
             outcome.violations += await run.settle(settle_guard)
             outcome.settle_seconds = time.monotonic() - settling
+            if outcome.violations:
+                await replicas.save_debug_plans()
         except TimeoutError as exc:
             outcome.violations.append(str(exc))
         finally:

@@ -256,8 +256,8 @@ def test_nodes_not_ready_by_the_deadline_are_released_and_their_pool_backed_off(
     st, acts, context = scaled_up(), Actions(), ctx(World(ready={"a-n0"}))
     steps = st.record.steps  # type: ignore[union-attr]
     provisioning(st, context, acts)
-    why = ("1 of 2 new nodes were not Ready within 15m (pools b); every unit of the scale-up was released and the "
-           "request is re-planned")
+    why = ("1 of 2 new nodes were not Ready within 15m (pools b); every unit of the scale-up is released and the "
+           "request re-planned once they are gone")
     assert acts.release == [Release(st, steps, ("a-n0", "b-n0"), why)]
     assert context.backoffs.get("a", NOW) is None
     late = context.backoffs.get("b", NOW)
@@ -271,8 +271,8 @@ def test_an_incomplete_scale_up_is_released_not_provisioned() -> None:
     """Fewer units than the step asked for: released and re-planned even though every node is Ready."""
     st, acts, context = scaled_up({"a": 1}, asked=2), Actions(), ctx(World(ready={"a-n0"}))
     provisioning(st, context, acts)
-    why = ("the scale-up is not whole (a: the provider has 1 of the 2 units asked for); every unit of it was "
-           "released and the request is re-planned")
+    why = ("the scale-up is not whole (a: the provider has 1 of the 2 units asked for); every unit of it is "
+           "released and the request re-planned once they are gone")
     assert [(r.nodes, r.why) for r in acts.release] == [(("a-n0",), why)]
     assert st.conditions[C.PROVISIONED].status == "False" and st.conditions[C.PROVISIONED].message == why
     assert st.events == [("Warning", "ScaleUpIncomplete", why)]
