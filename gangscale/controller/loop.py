@@ -525,7 +525,10 @@ class Controller:
         going = self.releasing | self.actuator.released
         counts = {name: unit_count(self.view, pool, units.by_pool.get(name, {}), going, self.leaving)
                   for name, pool in self.pools.items()}
-        unusable = self.leaving | {node for nodes in units.broken.values() for node in nodes}
+        # Nodes on their way out are no capacity: a plan onto a unit that scale-down is removing would be told
+        # Provisioned on nodes about to vanish (found by hack/chaos.py).
+        removing = {node for unit in going if (found := self.view.unit_nodes(unit)) is not None for node in found[1]}
+        unusable = self.leaving | removing | {node for nodes in units.broken.values() for node in nodes}
         return snapshot(pool_states(self.pools, counts, inflight, self.backoffs, now), self.view,
                         self.index.holdings.values(), unusable)
 

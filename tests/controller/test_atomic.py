@@ -790,6 +790,31 @@ async def test_empty_units_are_removed_after_the_unneeded_time(tmp_path: Path, t
             assert sorted(r["nodes"]) == [f"{r['unit']}-{i}" for i in range(per_unit)]
 
 
+async def test_a_unit_being_scaled_down_is_not_planned_onto(tmp_path: Path) -> None:
+    """A gang that would fit on a unit whose removal is in flight gets new nodes, not that unit (found by
+    ``hack/chaos.py``: it was planned onto the unit scale-down was deleting, and reported Provisioned while two of
+    its pods' nodes were going away)."""
+    async with running_cluster(tmp_path, pool_yaml=MIN_UNITS_YAML) as cl:
+        await slice_template(cl, pool="tpu-a")
+        await provisioned_and_released(cl, "done", ("slice", 2))
+        [old] = sorted({unit_of(n) for n in await cl.nodes("tpu-a")})
+        cl.cloud.faults("tpu-a").call_latency = 5  # the removal takes 5 s of the cloud's time
+        await cl.advance_stepwise(UNNEEDED_TIME)
+        await wait_for(lambda: cl.ctl.releasing == {old})
+
+        await cl.provreq("next", ("slice", 2))
+
+        async def decided() -> str | None:
+            status, reason, _ = (await cl.conditions("next")).get("Provisioned", ("", "", ""))
+            return "scale-up" if await record(cl, "next") is not None or reason == "ScaleUpInProgress" else \
+                f"{status}/{reason}" if status else None
+        assert await wait_for(decided) == "scale-up"  # a new slice: the old one is leaving, not free capacity
+        await cl.advance_stepwise(5 + PROVISION_SECONDS)
+        await cl.wait_condition("next", "Provisioned", "True", "CapacityIsProvisioned")
+        left = {unit_of(n) for n in await cl.nodes("tpu-a")}
+        assert old not in left and len(left) == 1
+
+
 # -- 12. events ---------------------------------------------------------------------------------------------------
 
 
