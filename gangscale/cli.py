@@ -167,7 +167,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     flag("--processor-instance", default=_env("processor-instance", ""),
          help="serve only PRs whose processorInstance parameter equals this (empty: PRs without the parameter)")
     flag("--dry-run", action="store_true", default=_truthy(_env("dry-run", "false")),
-         help="read and plan everything, change nothing: no provider calls, no status writes, no events")
+         help="read and plan everything, change nothing: no provider calls, no status writes, no events "
+              "(leader election still writes its Lease)")
     flag("--metrics-host", default=_env("metrics-host", "0.0.0.0"), help="address of the observe server")
     flag("--metrics-port", type=int, default=int(_env("metrics-port", "8080") or 8080),
          help="port of /healthz, /readyz, /metrics and /debug/plans (0 picks a free one)")

@@ -105,6 +105,10 @@ class Leadership(Protocol):
         """Whether this process may act now."""
         ...
 
+    def trouble(self) -> str | None:
+        """Why this process cannot take part in the election (None: it can)."""
+        ...
+
 
 def slim_node(obj: dict[str, Any]) -> dict[str, Any]:
     """A Node as the controller keeps it: without managedFields and the list of images on it (neither is read;
@@ -412,6 +416,9 @@ class Controller:
         if self.ready:
             return True, "ok (leader)" if self.leader is not None else "ok"
         if self.synced and self.leader is not None and not self.leader.leading.is_set():
+            trouble = self.leader.trouble()
+            if trouble is not None:
+                return False, trouble
             return True, f"standby: {self.leader.holder or 'nobody'} holds the leader lease"
         waiting = [r.resource.plural for r in self.reflectors if not r.synced.is_set()]
         return False, ("waiting for the first list of " + ", ".join(waiting)) if waiting else \

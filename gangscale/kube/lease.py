@@ -84,6 +84,9 @@ class LeaseElector:
         self._observed: Mapping[str, Any] | None = None
         self._observed_at = 0.0
         self._renewed_at = 0.0
+        #: Since when every attempt has failed with an API error (None: the last one got an answer), and the last.
+        self._failing_since: float | None = None
+        self._failure = ""
         self._path = LEASES.path(config.namespace, config.name)
 
     # -- the fence --------------------------------------------------------------------------------------------------
@@ -91,6 +94,16 @@ class LeaseElector:
     def valid(self) -> bool:
         """Whether this process may act now: it holds the lease and renewed it within the renew deadline."""
         return self.leading.is_set() and self.clock.monotonic() < self._renewed_at + self.config.renew_deadline
+
+    def trouble(self) -> str | None:
+        """Why this replica cannot take part in the election, once every attempt for a lease duration has failed
+        (RBAC that does not allow the Lease, a namespace that does not exist): a standby that could never take
+        over must not look ready."""
+        since = self._failing_since
+        if since is None or self.clock.monotonic() - since < self.config.lease_duration:
+            return None
+        return (f"the leader lease {self.config.namespace}/{self.config.name} could not be read or written for "
+                f"{self.clock.monotonic() - since:.0f}s: {self._failure}")
 
     # -- the loop ---------------------------------------------------------------------------------------------------
 
@@ -136,10 +149,15 @@ class LeaseElector:
     async def _try(self) -> bool:
         """One attempt to acquire or renew (client-go ``tryAcquireOrRenew``); False on any failure."""
         try:
-            return await self._acquire_or_renew()
+            done = await self._acquire_or_renew()
         except ApiError as exc:
             log.warning("leader election: %s: %s", "renewing" if self.leading.is_set() else "acquiring", exc)
+            if self._failing_since is None:
+                self._failing_since = self.clock.monotonic()
+            self._failure = str(exc)
             return False
+        self._failing_since = None
+        return done
 
     async def _acquire_or_renew(self) -> bool:
         config, now = self.config, self.clock.monotonic()

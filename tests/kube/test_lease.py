@@ -118,6 +118,26 @@ async def test_a_leader_that_cannot_renew_stops_within_the_renew_deadline(
         assert not cands["a"].elector.leading.is_set() and cands["a"].task.done()
 
 
+async def test_a_candidate_the_server_refuses_the_lease_says_so_after_a_lease_duration(
+        apiserver: EmbeddedAPIServer, http: KubeHTTP, clock: ManualClock) -> None:
+    """RBAC without the Lease (or a namespace that does not exist): the replica could never lead, so its trouble is
+    reported (``/readyz`` fails on it) once a whole lease duration of attempts failed; one answer clears it."""
+    refusal = apiserver.inject(Fault(status=403, resource="coordination.k8s.io/leases", times=None))
+    async with candidates(http, clock, "a") as cands:
+        await settle(cands)
+        elector = cands["a"].elector
+        await step(clock, cands, 14)
+        assert elector.trouble() is None and not elector.leading.is_set()
+        await step(clock, cands, 2)
+        trouble = elector.trouble()
+        assert trouble is not None and trouble.startswith(f"the leader lease {NS}/{NAME} could not be read or written")
+        assert "403" in trouble
+
+        apiserver.faults.faults.remove(refusal)
+        await step(clock, cands, 3)
+        assert elector.trouble() is None and elector.leading.is_set()
+
+
 async def test_a_released_lease_is_taken_at_the_next_try(http: KubeHTTP, clock: ManualClock) -> None:
     async with candidates(http, clock, "a", "b") as cands:
         await settle(cands)

@@ -302,3 +302,24 @@ async def each_gang_obtained_once(cl: Cluster, a: Replica, b: Replica, first: Re
 async def lease_spec(cl: Cluster) -> tuple[str, int]:
     spec = (await cl.http.request("GET", LEASES.path(NS, LEASE.name)))["spec"]
     return str(spec["holderIdentity"]), int(spec["leaseTransitions"])
+
+
+async def test_a_standby_that_cannot_reach_the_lease_is_not_ready(tmp_path: Path) -> None:
+    """A standby whose Lease requests are refused (RBAC without the Lease) could never take over: its ``/readyz``
+    says so once a lease duration of attempts failed, instead of reporting a healthy standby for ever."""
+    async with running_cluster(tmp_path, pool_yaml=GPU_POOL, start=False) as cl:
+        a, b = await replica(cl, "replica-a", seed=1), await replica(cl, "replica-b", seed=2)
+        try:
+            cl.server.inject(Fault(resource="coordination.k8s.io/leases", user_agent=b.agent, status=403, times=None))
+            await a.start()
+            await b.start()
+            await run_replicas(cl, a, b, 2, Moments())
+            assert b.controller.is_ready() == (True, "standby: nobody holds the leader lease")
+
+            await run_replicas(cl, a, b, LEASE.lease_duration, Moments())
+            ready, why = b.controller.is_ready()
+            assert not ready and why.startswith("the leader lease default/gangscale could not be read or written")
+            assert a.controller.is_ready() == (True, "ok (leader)")
+        finally:
+            for r in (a, b):
+                await r.aclose()
