@@ -14,8 +14,8 @@ happens to be free: those nodes were made for it, Kueue may pin its pods to the 
    that just turned Ready may still carry ``not-ready`` for a moment). If it fits, that plan is the booking,
    exactly as the original decision's was.
 3. Otherwise the original plan also used free room on nodes it did not make: the gang is planned onto its own
-   nodes plus the free capacity of the pools its scale-up used, and own nodes that plan does not use stay
-   held whole. The own nodes of every other request rebuilt in the same pass are not free capacity, though
+   nodes plus as little of the free capacity of the pools its scale-up used as it can do with, and own nodes
+   that plan does not use stay held whole. The own nodes of every other request rebuilt in the same pass are not free capacity, though
    no booking holds them yet: taking them would leave the free node this request had booked unprotected,
    for scale-down to remove while Kueue counts on it (found by ``hack/chaos.py``).
 
@@ -29,7 +29,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
 from gangscale.controller.bookings import Booked, planned_booking
-from gangscale.model.decision import Outcome
+from gangscale.model.decision import Decision, Outcome
 from gangscale.model.gang import Gang
 from gangscale.model.policy import Policy
 from gangscale.model.resources import EMPTY, ResourceList
@@ -62,8 +62,36 @@ def rebuilt_booking(gang: Gang | None, own: Iterable[NodeState], consumed: Mappi
     if alone.outcome is Outcome.FITS:
         return {**held, **planned_booking(gang, alone, {})}
     names, used = set(held) | set(taken), set(pools)
-    others = tuple(node for node in snapshot.nodes if node.name not in names and node.pool in used)
-    wider = plan(replace(snapshot, pools=(), nodes=(*mine, *others)), [gang], now, policy)[0]
-    if wider.outcome is Outcome.FITS:
+    others = [node for node in snapshot.nodes if node.name not in names and node.pool in used]
+    wider = _fewest_others(gang, mine, others, snapshot, now, policy)
+    if wider is not None:
         return {**held, **planned_booking(gang, wider, {})}
     return held
+
+
+def _fewest_others(gang: Gang, mine: list[NodeState], others: list[NodeState], snapshot: Snapshot, now: float,
+                   policy: Policy) -> Decision | None:
+    """The gang planned onto its own nodes plus as little of the free room as it can do with: own nodes are held
+    whole in any case, so free nodes the plan can do without would be booked for nothing (found by
+    ``hack/chaos.py``: a 2-pod gang held its new node and two free ones, and the spare was never scaled down).
+
+    The planner has no notion of "own" nodes, so free nodes are taken away one at a time while the gang still
+    fits; each is tried once, which bounds the plans by the number of free nodes the plans use."""
+    def attempt(pool_nodes: list[NodeState]) -> Decision | None:
+        decided = plan(replace(snapshot, pools=(), nodes=(*mine, *pool_nodes)), [gang], now, policy)[0]
+        return decided if decided.outcome is Outcome.FITS else None
+
+    best = attempt(others)
+    needed: set[str] = set()
+    while best is not None:
+        own = {node.name for node in mine}
+        spare = next((p.node for p in best.placements if p.node not in own and p.node not in needed), None)
+        if spare is None:
+            return best
+        without = [node for node in others if node.name != spare]
+        fewer = attempt(without)
+        if fewer is None:
+            needed.add(spare)
+        else:
+            best, others = fewer, without
+    return None

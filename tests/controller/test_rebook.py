@@ -67,6 +67,12 @@ CASES = [
          {"x-free": "12", "y-free": "12", "new-0": "12"},
          others=(node("a-theirs-0", used="4"), node("a-theirs-1", used="4"), node("x-free"), node("y-free")),
          taken=("a-theirs-0", "a-theirs-1")),
+    # Which free node is kept does not matter (all alike): how many does.
+    Case("the-wider-plan-uses-every-own-node-before-free-room", gang(2), (node("x-new-0"),),
+         {"x-new-0": "12", "b-free": "12"}, others=(node("a-free"), node("b-free"))),
+    Case("the-wider-plan-uses-every-own-node-before-free-room-multi", gang(4), (node("x-new-0"), node("x-new-1")),
+         {"x-new-0": "12", "x-new-1": "12", "c-free": "12", "d-free": "12"},
+         others=(node("a-free"), node("b-free"), node("c-free"), node("d-free"))),
     Case("own-nodes-a-plan-leaves-unused-stay-held-whole", gang(1, cpu="4"),
          (node("new-0", used="14"), node("new-1")), {"new-0": "16", "new-1": "4"}, others=(node("a-free"),)),
     Case("own-nodes-the-wider-plan-leaves-unused-stay-held-whole", gang(3, cpu="8"),
