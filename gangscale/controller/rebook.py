@@ -15,9 +15,9 @@ happens to be free: those nodes were made for it, Kueue may pin its pods to the 
    exactly as the original decision's was.
 3. Otherwise the original plan also used free room on nodes it did not make: the gang is planned onto its own
    nodes plus as little of the free capacity of the pools its scale-up used as it can do with, and own nodes
-   that plan does not use stay held whole. The own nodes of every other request rebuilt in the same pass are not free capacity, though
-   no booking holds them yet: taking them would leave the free node this request had booked unprotected,
-   for scale-down to remove while Kueue counts on it (found by ``hack/chaos.py``).
+   that plan does not use stay held whole. The own nodes of every other request rebuilt in the same pass are
+   not free capacity, though no booking holds them yet: taking them would leave the free node this request had
+   booked unprotected, for scale-down to remove while Kueue counts on it (found by ``hack/chaos.py``).
 
 A request provisioned without a scale-up (check-capacity, or a gang that fit on free capacity) has no own
 nodes: its booking is re-planned on free capacity, before any new request is planned.

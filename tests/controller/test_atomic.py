@@ -54,6 +54,16 @@ nodePools:
     simulated: {provisionSeconds: 10}
 """
 
+#: A cpu pool whose nodes are Ready as soon as they are made.
+INSTANT_CPU_YAML = """
+nodePools:
+  - name: cpu
+    zone: zone-a
+    maxUnits: 4
+    allocatable: {cpu: "16", memory: 64Gi, pods: "110"}
+    simulated: {provisionSeconds: 0}
+"""
+
 #: A cpu pool that keeps one unit, and a TPU pool, for scale-down.
 MIN_UNITS_YAML = """
 nodePools:
@@ -813,6 +823,30 @@ async def test_a_unit_being_scaled_down_is_not_planned_onto(tmp_path: Path) -> N
         await cl.wait_condition("next", "Provisioned", "True", "CapacityIsProvisioned")
         left = {unit_of(n) for n in await cl.nodes("tpu-a")}
         assert old not in left and len(left) == 1
+
+
+async def test_a_node_made_by_an_obtain_still_running_is_not_free_room(tmp_path: Path) -> None:
+    """The cloud made the node but its answer was lost: while the obtain waits to retry, that node is the
+    waiting request's and another gang gets a node of its own (found by ``hack/chaos.py``: the second gang was
+    planned onto it, and the pool then had fewer Ready nodes than the requests it had reported Provisioned)."""
+    async with running_cluster(tmp_path, pool_yaml=INSTANT_CPU_YAML) as cl:
+        await cpu_template(cl)
+        cl.cloud.faults("cpu").timeouts = 1  # the obtain makes its node, then its answer is lost
+        await cl.provreq("first", ("small", 1))
+        await wait_for(lambda: cl.obtains() and cl.obtains()[-1].outcome == FAILED)
+        await wait_for(cl.ready_nodes)  # Ready at once; the retry waits for the clock
+
+        await cl.provreq("second", ("small", 1))
+
+        async def decided() -> str | None:
+            status, reason, _ = (await cl.conditions("second")).get("Provisioned", ("", "", ""))
+            return "scale-up" if await record(cl, "second") is not None or reason == "ScaleUpInProgress" else \
+                f"{status}/{reason}" if status else None
+        assert await wait_for(decided) == "scale-up"
+        await cl.advance_stepwise(5)
+        for name in ("first", "second"):
+            await cl.wait_condition(name, "Provisioned", "True", "CapacityIsProvisioned")
+        await count_nodes(cl, 2, "cpu")
 
 
 # -- 12. events ---------------------------------------------------------------------------------------------------
