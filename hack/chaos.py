@@ -51,7 +51,8 @@ def totals(outcomes: list[Outcome]) -> str:
     return (f"chaos totals: {total('gangs')} gangs ({total('deletes')} deleted), {total('kills')} SIGKILLs, "
             f"{total('terms')} SIGTERMs, {total('pauses')} SIGSTOPs, {total('api_faults_acted')} API fault hits "
             f"({total('api_faults')} faults), {total('cloud_faults')} cloud faults over {total('starts')} process "
-            f"starts, {total('leaders')} leaderships, {total('changes_judged')} changes judged, "
+            f"starts, {total('leaders')} leaderships, {total('changes_judged')} changes judged "
+            f"({total('late_after_pause')} late after a pause), "
             f"{sum(len(o.violations) for o in outcomes)} violations")
 
 

@@ -15,6 +15,7 @@ import os
 import random
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,8 @@ class Start:
     #: What the harness did to it: "kill", "term" (exits it expects), or "" (it exited by itself).
     ended_by: str = ""
     paused: bool = False
+    #: When the harness had it stopped (wall-clock seconds, as the API server's request log).
+    pauses: list[tuple[float, float]] = field(default_factory=list)
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -134,12 +137,14 @@ class Replicas:
 
     async def pause(self, start: Start, seconds: float) -> None:
         start.paused = True
+        began = time.time()
         self._signal(start, signal.SIGSTOP)
         try:
             await asyncio.sleep(seconds)
         finally:
             self._signal(start, signal.SIGCONT)
             start.paused = False
+            start.pauses.append((began, time.time()))
 
     @staticmethod
     def _signal(start: Start, sig: signal.Signals) -> None:

@@ -41,6 +41,7 @@ class Outcome:
     starts: int = 0
     leaders: int = 0
     changes_judged: int = 0
+    late_after_pause: int = 0
     complete: bool = True
     settle_seconds: float = 0.0
     seconds: float = 0.0
@@ -55,7 +56,8 @@ class Outcome:
         return (f"seed {self.seed}: {verdict}: gangs {self.gangs} (deleted {self.deletes}), kills {self.kills}, "
                 f"terms {self.terms}, pauses {self.pauses}, api faults {self.api_faults_acted} hits of "
                 f"{self.api_faults}, cloud faults {self.cloud_faults} over {self.starts} starts, "
-                f"leaders {self.leaders}, changes judged {self.changes_judged}, settled in "
+                f"leaders {self.leaders}, changes judged {self.changes_judged}"
+                f"{f' ({self.late_after_pause} late after a pause)' if self.late_after_pause else ''}, settled in "
                 f"{self.settle_seconds:.1f}s, {self.seconds:.0f}s{note}")
 
 
@@ -192,8 +194,12 @@ def judged(outcome: Outcome, run: Run, log: list[JSON], history: History, starts
     outcome.complete = history.complete
     if outcome.complete:
         outcome.violations += checks.during_run(history, gangs_by_uid)
-    lead, outcome.changes_judged = checks.leadership(log, LEASE_SECONDS)
-    outcome.violations += lead
+    pauses: dict[str, list[tuple[float, float]]] = {}
+    for start in starts:
+        pauses.setdefault(start.identity, []).extend(start.pauses)
+    lead = checks.leadership(log, LEASE_SECONDS, pauses)
+    outcome.changes_judged, outcome.late_after_pause = lead.judged, lead.late_after_pause
+    outcome.violations += lead.problems
     outcome.violations += checks.processes(starts)
     outcome.leaders = len(history.leaders())
     outcome.starts = len(starts)

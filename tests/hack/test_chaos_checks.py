@@ -4,6 +4,7 @@ history, request log or end state that breaks it, and one that keeps it."""
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +98,34 @@ LEADERSHIP: list[tuple[str, list[JSON], list[str]]] = [
 
 @pytest.mark.parametrize(("log", "expected"), [(lg, x) for _, lg, x in LEADERSHIP], ids=[i for i, _, _ in LEADERSHIP])
 def test_leadership(log: list[JSON], expected: list[str]) -> None:
-    problems, judged = leadership(log, 2.0)
-    assert problems == expected
+    judged = leadership(log, 2.0)
+    assert judged.problems == expected and judged.late_after_pause == 0
     # Judged: every change but the Lease's own and the simulated kubelet's node status posts.
-    assert judged == sum(1 for e in log if (e["resource"] != "leases" and e["userAgent"] != CLOUD1) or
-                         (e["userAgent"] == CLOUD1 and not e["subresource"]))
+    assert judged.judged == sum(1 for e in log if (e["resource"] != "leases" and e["userAgent"] != CLOUD1) or
+                                (e["userAgent"] == CLOUD1 and not e["subresource"]))
+
+
+LATE = [entry(1, R1, "update", "leases"), entry(3.5, R1, "patch", "provisioningrequests", subresource="status")]
+
+
+@pytest.mark.parametrize(("log", "pauses", "problems", "late"), [
+    pytest.param(LATE, {"r1": [(1.2, 3.0)]}, [], 1, id="late-because-its-maker-was-paused"),
+    pytest.param(LATE, {"r1": [(1.2, 1.4)]}, ["r1 made 'patch provisioningrequests/status x' 2.50s after its last "
+                                              "lease write"], 0, id="a-short-pause-does-not-explain-it"),
+    pytest.param(LATE, {"r2": [(1.2, 3.0)]}, ["r1 made 'patch provisioningrequests/status x' 2.50s after its last "
+                                              "lease write"], 0, id="another-replicas-pause-does-not-explain-it"),
+    pytest.param([LATE[0], entry(3, R2, "update", "leases"), LATE[1]], {"r1": [(1.2, 3.4)]},
+                 ["r1 made 'patch provisioningrequests/status x' after r2 had taken the lease"], 0,
+                 id="a-pause-never-excuses-a-change-after-another-leader"),
+])
+def test_a_pause_explains_lateness_but_never_two_leaders(log: list[JSON], pauses: dict[str, list[tuple[float, float]]],
+                                                        problems: list[str], late: int) -> None:
+    judged = leadership(log, 2.0, {who: [(stamp(a), stamp(b)) for a, b in spans] for who, spans in pauses.items()})
+    assert (judged.problems, judged.late_after_pause) == (problems, late)
+
+
+def stamp(at: float) -> float:
+    return datetime.fromisoformat(entry(at, R1, "get", "x")["time"]).timestamp()
 
 
 def request(name: str, uid: str, reason: str | None) -> JSON:
