@@ -299,6 +299,9 @@ class Controller:
                 log.info("standby: the leader lease is held by %s", self.leader.holder or "nobody yet")
                 await self.leader.leading.wait()
                 log.info("leading: taking over (recorded scale-ups of earlier leaders are adopted)")
+                # A standby's watches may be behind (dropped, backing off): nothing is decided on a stale cache
+                # (found by hack/chaos.py, seed 4190: booked nodes the cache had not seen yet were taken as removed).
+                await asyncio.gather(*(reflector.relist() for reflector in self.reflectors))
             await self._start_provider()
             self._apply_cluster_changes()
             for source in self.sources.values():

@@ -81,6 +81,9 @@ class Reflector:
         self.synced = asyncio.Event()
         self.lists = 0
         self.watches = 0
+        #: A fresh list asked for (:meth:`relist`), and set after every list.
+        self._relist_wanted = asyncio.Event()
+        self._listed = asyncio.Event()
         self._subscribers: list[asyncio.Queue[ReflectorEvent]] = []
         self._handlers: list[Callable[[ReflectorEvent], None]] = []
 
@@ -122,8 +125,10 @@ class Reflector:
             done += 1
             self._delivered = False
             try:
+                self._relist_wanted.clear()
                 await self._list()
-                await self._watch_until_expired()
+                self._listed.set()
+                await self._watch_unless_relist_wanted()
             except WatchExpired:
                 log.warning("reflector %s: resourceVersion %s expired (410), re-listing",
                          self.resource.plural, self.resource_version)
@@ -140,6 +145,29 @@ class Reflector:
                 delay = self.backoff.next(exc.retry_after)
                 log.warning("reflector %s: %s; retrying in %.2fs", self.resource.plural, exc, delay)
                 await self._sleep(delay)
+
+    async def relist(self) -> None:
+        """List afresh now and return once that list is in the cache (its differences emitted as events).
+
+        For a replica that just became leader: a standby's watch may be behind (dropped, in backoff), and what
+        the leader decides first — a booked node missing, free room — must not rest on a stale cache."""
+        self._listed.clear()
+        self._relist_wanted.set()
+        await self._listed.wait()
+
+    async def _watch_unless_relist_wanted(self) -> None:
+        if self._relist_wanted.is_set():
+            return
+        watch = asyncio.ensure_future(self._watch_until_expired())
+        wanted = asyncio.ensure_future(self._relist_wanted.wait())
+        try:
+            await asyncio.wait({watch, wanted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (watch, wanted):
+                task.cancel()
+            await asyncio.gather(watch, wanted, return_exceptions=True)
+        if watch.done() and not watch.cancelled() and watch.exception() is not None:
+            raise watch.exception()  # type: ignore[misc]
 
     async def _list(self) -> None:
         items: list[JSON] = []

@@ -7,14 +7,15 @@ During the run (from the watch history, in write order):
   told exists, exists: new nodes, or free ones found, are not scaled down or promised twice);
 - never more nodes alive for a request than it needs.
 
-From the API server's request log: no process changed anything (a status write, an event, a node create or
-delete by its cloud) outside its leadership, i.e. after another replica had written the Lease since its own
-last successful Lease write, or at a moment when that write was more than a lease duration old. The second has
-one known exception, counted apart: a change the process made while it still held the lease, that reached the
-server late because the harness paused the process (SIGSTOP) in between — a change whose lateness the pauses
-of its maker explain. That is the fencing gap every lease-based controller has (the fence is checked, then
-the process stops before its request leaves); it is harmless as long as no other replica took the lease
-meanwhile, which the first rule still judges without exception.
+From the API server's request log: no process changed anything (a successful status write, event, node
+create or delete by its cloud; a refused request changed nothing) outside its leadership, i.e. after another
+replica had written the Lease since its own last successful Lease write, or at a moment when that write was
+more than a lease duration old. The second has one known exception, counted apart: a change the process made
+while it still held the lease, that reached the server late because the harness paused the process (SIGSTOP)
+in between — a change whose lateness the pauses of its maker explain. That is the fencing gap every
+lease-based controller has (the fence is checked, then the process stops before its request leaves); it is
+harmless as long as no other replica took the lease meanwhile, which the first rule still judges without
+exception.
 
 At the end, once the faults stopped and things settled: every live request is ``Provisioned=True``; one
 provisioned with new nodes has them all Ready, and no more than it needs; every pool holds exactly the nodes its
@@ -138,12 +139,13 @@ def leadership(log: Iterable[JSON], lease_seconds: float,
         match = _AGENT.match(str(entry.get("userAgent", "")))
         if match is None or entry.get("verb") not in _CHANGES:
             continue
+        if not 200 <= int(entry.get("status") or 0) < 300:
+            continue  # refused (a 409 for a node that exists, an injected 500): it changed nothing
         program, identity = match.group(1), match.group("identity")
         what = f"{entry['verb']} {entry['resource']}{'/' + entry['subresource'] if entry.get('subresource') else ''}" \
                f" {entry.get('name') or ''}".rstrip()
         if entry.get("resource") == "leases":
-            if 200 <= int(entry.get("status") or 0) < 300:
-                leases.append((_when(entry), identity))
+            leases.append((_when(entry), identity))
         elif program == "gangscale" or (entry.get("resource") == "nodes" and not entry.get("subresource")):
             # The cloud's node creates and deletes are provider calls; its kubelet's status updates are not.
             changes.append((_when(entry), identity, what))

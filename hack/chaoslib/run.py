@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 from dataclasses import dataclass, field
@@ -184,7 +185,10 @@ async def run_once(seed: int, workdir: Path, *, fault_seconds: float = 15.0, set
             with contextlib.suppress(asyncio.CancelledError):
                 await supervisor
             await replicas.stop_all()
-        judged(outcome, run, await request_log(http), history, replicas.starts)
+        log = await request_log(http)
+        judged(outcome, run, log, history, replicas.starts)
+        if outcome.violations:  # what the judges read, next to the processes' logs
+            (workdir / "requests.json").write_text(json.dumps(log, indent=0) + "\n")
     outcome.seconds = time.monotonic() - started
     return outcome
 

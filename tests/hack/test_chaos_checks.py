@@ -93,6 +93,8 @@ LEADERSHIP: list[tuple[str, list[JSON], list[str]]] = [
     ("after-a-usurper", [entry(1, R1, "update", "leases"), entry(1.5, R2, "update", "leases"),
                          entry(2, R1, "patch", "provisioningrequests")],
      ["r1 made 'patch provisioningrequests x' after r2 had taken the lease"]),
+    ("a-refused-request-changed-nothing", [entry(1, R1, "update", "leases"), entry(1.5, R2, "update", "leases"),
+                                           entry(2, CLOUD1, "create", "nodes", 409)], []),
 ]
 
 
@@ -101,8 +103,9 @@ def test_leadership(log: list[JSON], expected: list[str]) -> None:
     judged = leadership(log, 2.0)
     assert judged.problems == expected and judged.late_after_pause == 0
     # Judged: every change but the Lease's own and the simulated kubelet's node status posts.
-    assert judged.judged == sum(1 for e in log if (e["resource"] != "leases" and e["userAgent"] != CLOUD1) or
-                                (e["userAgent"] == CLOUD1 and not e["subresource"]))
+    assert judged.judged == sum(1 for e in log if e["status"] < 300 and (
+        (e["resource"] != "leases" and e["userAgent"] != CLOUD1)
+        or (e["userAgent"] == CLOUD1 and not e["subresource"])))
 
 
 LATE = [entry(1, R1, "update", "leases"), entry(3.5, R1, "patch", "provisioningrequests", subresource="status")]

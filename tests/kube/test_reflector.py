@@ -228,3 +228,40 @@ async def test_label_selector_scopes_the_cache(http: KubeHTTP, sleep: RecordingS
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class StuckSleep:
+    """A backoff that never ends until released: a watch stuck behind it sees nothing."""
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.release = asyncio.Event()
+
+    async def __call__(self, delay: float) -> None:
+        self.waiting += 1
+        await self.release.wait()
+
+
+async def test_relist_catches_a_stalled_watch_up_at_once(http: KubeHTTP, apiserver: EmbeddedAPIServer) -> None:
+    """A standby about to lead asks for a fresh list: its watch, stuck in backoff, has missed an object; the
+    relist returns once that object is in the cache and its event was emitted."""
+    stuck = StuckSleep()
+    apiserver.inject(Fault(verb="watch", resource="nodes", drop_after_events=0, times=None))
+    r = Reflector(http, b.NODES, sleep=stuck)
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(r.synced.wait(), 5)
+        events = r.subscribe()
+        await wait_for(lambda: stuck.waiting >= 1)  # the watch ended at once and backs off
+        await http.request("POST", b.NODES.path(), body=b.node("missed"))
+        await asyncio.sleep(0.05)
+        assert names(r) == []
+
+        await asyncio.wait_for(r.relist(), 5)
+
+        assert names(r) == ["missed"] and r.lists == 2
+        assert (await asyncio.wait_for(events.get(), 1)).type == "ADDED"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
