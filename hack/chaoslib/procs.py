@@ -132,7 +132,9 @@ class Replicas:
         self._signal(start, signal.SIGKILL)
 
     def term(self, start: Start) -> None:
-        start.ended_by = "term"
+        # A process SIGKILLed a moment ago may not be reaped yet: it stays "kill" (its exit is -9).
+        if start.ended_by != "kill":
+            start.ended_by = "term"
         self._signal(start, signal.SIGTERM)
 
     async def pause(self, start: Start, seconds: float) -> None:
