@@ -13,6 +13,7 @@ from typing import Any
 from gangscale.clock import ManualClock
 from gangscale.config import parse_pool_yaml
 from gangscale.controller.loop import Controller
+from gangscale.controller.record import Record, from_status
 from gangscale.controller.settings import Settings
 from gangscale.kube.client import make_http
 from gangscale.kube.errors import ApiError
@@ -257,3 +258,17 @@ async def running_cluster(tmp_path: Path, *, pool_yaml: str = POOLS_YAML, settin
         await cluster.stop()
         await http.api_client.close()
         await server.stop()
+
+
+async def record(cl: Cluster, name: str) -> Record | None:
+    """The scale-up intent recorded on the PR (``provisioningClassDetails["gangscale.io/scale-up"]``)."""
+    pr = await cl.get_pr(name) or {}
+    return from_status(pr.get("status") or {})
+
+
+async def wait_record(cl: Cluster, name: str, phase: str) -> Record:
+    async def check() -> Record | None:
+        got = await record(cl, name)
+        return got if got is not None and got.phase == phase else None
+    found: Record = await wait_for(check)
+    return found

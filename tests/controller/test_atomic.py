@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gangscale.controller.record import OBTAINED, OBTAINING, Record, from_status
+from gangscale.controller.record import OBTAINED, OBTAINING, Record
 from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
@@ -26,7 +26,7 @@ from gangscale.providers.simfaults import CREATED, FAILED, RELEASE, RELEASED, RE
 from gangscale.timefmt import rfc3339
 from tests.builders import EVENTS, NODES, PODS, PROVREQS
 from tests.conftest import wait_for
-from tests.controller.harness import FAST, NS, Cluster, running_cluster
+from tests.controller.harness import FAST, NS, Cluster, record, running_cluster, wait_record
 
 JSON = dict[str, Any]
 
@@ -119,16 +119,14 @@ async def count_nodes(cl: Cluster, expected: int, pool: str | None = None) -> No
     await wait_for(check)
 
 
-async def record(cl: Cluster, name: str) -> Record | None:
-    pr = await cl.get_pr(name) or {}
-    return from_status(pr.get("status") or {})
-
-
-async def wait_record(cl: Cluster, name: str, phase: str) -> Record:
-    async def check() -> Record | None:
-        got = await record(cl, name)
-        return got if got is not None and got.phase == phase else None
-    found: Record = await wait_for(check)
+async def first_decision(cl: Cluster, name: str) -> str:
+    """"scale-up" once the PR has a recorded scale-up, else its first Provisioned status/reason (a fit, a refusal)."""
+    async def decided() -> str | None:
+        status, reason, _ = (await cl.conditions(name)).get("Provisioned", ("", "", ""))
+        if await record(cl, name) is not None or reason == "ScaleUpInProgress":
+            return "scale-up"
+        return f"{status}/{reason}" if status else None
+    found: str = await wait_for(decided)
     return found
 
 
@@ -813,12 +811,7 @@ async def test_a_unit_being_scaled_down_is_not_planned_onto(tmp_path: Path) -> N
         await wait_for(lambda: cl.ctl.releasing == {old})
 
         await cl.provreq("next", ("slice", 2))
-
-        async def decided() -> str | None:
-            status, reason, _ = (await cl.conditions("next")).get("Provisioned", ("", "", ""))
-            return "scale-up" if await record(cl, "next") is not None or reason == "ScaleUpInProgress" else \
-                f"{status}/{reason}" if status else None
-        assert await wait_for(decided) == "scale-up"  # a new slice: the old one is leaving, not free capacity
+        assert await first_decision(cl, "next") == "scale-up"  # a new slice: the old one is leaving, not free capacity
         await cl.advance_stepwise(5 + PROVISION_SECONDS)
         await cl.wait_condition("next", "Provisioned", "True", "CapacityIsProvisioned")
         left = {unit_of(n) for n in await cl.nodes("tpu-a")}
@@ -837,12 +830,7 @@ async def test_a_node_made_by_an_obtain_still_running_is_not_free_room(tmp_path:
         await wait_for(cl.ready_nodes)  # Ready at once; the retry waits for the clock
 
         await cl.provreq("second", ("small", 1))
-
-        async def decided() -> str | None:
-            status, reason, _ = (await cl.conditions("second")).get("Provisioned", ("", "", ""))
-            return "scale-up" if await record(cl, "second") is not None or reason == "ScaleUpInProgress" else \
-                f"{status}/{reason}" if status else None
-        assert await wait_for(decided) == "scale-up"
+        assert await first_decision(cl, "second") == "scale-up"
         await cl.advance_stepwise(5)
         for name in ("first", "second"):
             await cl.wait_condition(name, "Provisioned", "True", "CapacityIsProvisioned")
@@ -864,12 +852,7 @@ async def test_a_restarted_process_does_not_plan_onto_the_nodes_of_a_scale_up_it
         await cl.provreq("second", ("small", 1))
 
         await cl.start()  # a new process and cloud client: the resume will be answered
-
-        async def decided() -> str | None:
-            status, reason, _ = (await cl.conditions("second")).get("Provisioned", ("", "", ""))
-            return "scale-up" if await record(cl, "second") is not None or reason == "ScaleUpInProgress" else \
-                f"{status}/{reason}" if status else None
-        assert await wait_for(decided) == "scale-up"
+        assert await first_decision(cl, "second") == "scale-up"
         await cl.advance_stepwise(5)
         for name in ("first", "second"):
             await cl.wait_condition(name, "Provisioned", "True", "CapacityIsProvisioned")

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangscale.controller.record import Record, from_status
 from gangscale.kube.reflector import Reflector, ReflectorEvent
 from gangscale.kube.resources import EVENTS, NODES
 from gangscale.kube.transport import KubeHTTP, Resource
@@ -25,11 +24,20 @@ from gangscale.sim.apiserver import EmbeddedAPIServer
 from gangscale.sim.apiserver.faults import LoggedRequest
 from gangscale.timefmt import parse_rfc3339
 from tests.conftest import wait_for
-from tests.controller.harness import NS, Cluster
+from tests.controller.harness import NS, Cluster, record, wait_record  # noqa: F401  (re-exported)
 
 JSON = dict[str, Any]
 
 GPU8 = {"nvidia.com/gpu": "8"}
+#: One a3-highgpu-8g pool with room for every gang of a scenario (8 nodes).
+GPU_POOL = """
+nodePools:
+  - name: gpu
+    machineType: a3-highgpu-8g
+    zone: zone-a
+    maxUnits: 8
+    simulated: {provisionSeconds: 30}
+"""
 #: The simulated cloud's client and the controller's, as named in the API server's request log.
 CLOUD_AGENT = "gangscale-simulated-cloud"
 CONTROLLER_AGENT = "gangscale"
@@ -40,20 +48,6 @@ async def gpu_template(cl: Cluster, name: str = "gpu8", *, pool: str | None = No
     """One pod that fills one a3-highgpu-8g node (8 GPUs): pods and nodes are easy to count."""
     selector = {"gangscale.io/node-pool": pool} if pool else None
     return await cl.template(name, {"cpu": "4"}, limits=GPU8, selector=selector)
-
-
-async def record(cl: Cluster, name: str) -> Record | None:
-    """The scale-up intent recorded on the PR (``provisioningClassDetails["gangscale.io/scale-up"]``)."""
-    pr = await cl.get_pr(name) or {}
-    return from_status(pr.get("status") or {})
-
-
-async def wait_record(cl: Cluster, name: str, phase: str) -> Record:
-    async def check() -> Record | None:
-        got = await record(cl, name)
-        return got if got is not None and got.phase == phase else None
-    found: Record = await wait_for(check)
-    return found
 
 
 async def events(cl: Cluster, name: str, reason: str | None = None) -> list[JSON]:

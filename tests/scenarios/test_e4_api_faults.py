@@ -32,6 +32,7 @@ from tests.controller.harness import NS, Cluster, running_cluster
 from tests.scenarios.support import (
     CONTROLLER_AGENT,
     GPU8,
+    GPU_POOL,
     JSON,
     gpu_template,
     logged,
@@ -41,14 +42,6 @@ from tests.scenarios.support import (
 
 NODE_STORAGE = StorageKey("", "nodes")
 PROVISION_SECONDS = 30.0
-GPU_POOL = """
-nodePools:
-  - name: gpu
-    machineType: a3-highgpu-8g
-    zone: zone-a
-    maxUnits: 8
-    simulated: {provisionSeconds: 30}
-"""
 #: A Ready node outside every managed pool that holds one ``gpu8`` pod (registered by hand).
 SPARE = {"cpu": "200", "memory": "1800Gi", "pods": "110", **GPU8}
 

@@ -34,6 +34,7 @@ from gangscale.sim.quiet import until_quiet
 from tests.conftest import wait_for
 from tests.controller.harness import FAST, NS, Cluster, running_cluster
 from tests.scenarios.support import (
+    GPU_POOL,
     NodeLog,
     gpu_template,
     record,
@@ -113,15 +114,6 @@ async def test_e4_04_crash_between_cloud_call_and_status_write(
 # -- 5. leader failover ---------------------------------------------------------------------------------------
 
 LEASE = LeaseConfig(NS, "gangscale", "template")  # 15 s / 10 s / 2 s, the anchors' and gangscale's defaults
-#: Room for both gangs of the failover test in one pool.
-GPU_POOL = """
-nodePools:
-  - name: gpu
-    machineType: a3-highgpu-8g
-    zone: zone-a
-    maxUnits: 8
-    simulated: {provisionSeconds: 30}
-"""
 
 
 @dataclass
