@@ -19,17 +19,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import os
 import signal
-import socket
 import sys
-import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gangscale import __version__
-from gangscale.sources.provreq import DEFAULT_CLASSES
+from gangscale import __version__, explaincmd
+
+if TYPE_CHECKING:
+    from gangscale.flags import RunFlags
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="base URL of the GKE API (default https://container.googleapis.com)")
     _add_run(sub)
     _add_demo(sub)
+    explaincmd.add_parser(sub)
     sim = sub.add_parser("sim", help="the embedded simulated cluster")
     sim_sub = sim.add_subparsers(dest="sim_command", required=True)
     api = sim_sub.add_parser(
@@ -99,12 +100,20 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
                       help="also run the scenario with a classic per-pod autoscaler and compare the two")
     demo.add_argument("--speed", type=float, default=None,
                       help="pace the run at N simulated seconds per real second (default: as fast as possible)")
-    demo.add_argument("--json", dest="json_path", default=None,
-                      help="also write the timelines, tables and totals as JSON to this file")
+    demo.add_argument("--json", dest="json_path", default=None, metavar="FILE",
+                      help="also write the timelines, tables and totals as JSON to this file; '-' writes the JSON "
+                           "to stdout and prints everything else (scenario, timelines, tables) on stderr")
+    demo.add_argument("--plot", dest="plot_path", default=None, metavar="FILE",
+                      help="also draw the runs as an SVG picture in FILE: each workload's queued/waiting/running "
+                           "bars and each pool's nodes over simulated minutes, the baseline under gangscale on "
+                           "the same time axis with --baseline (SVG only: a .png name is refused)")
     demo.add_argument("--provider", choices=("simulated", "gke"), default="simulated",
                       help="gangscale's node-pool provider: simulated, or gke against the fake GKE and Compute "
                            "control plane (each pool becomes a GKE pool; not with --baseline)")
-    demo.add_argument("--quiet", action="store_true", help="print only the tables, not the timelines")
+    demo.add_argument("--quiet", action="store_true",
+                      help="print only the tables: no timelines and no progress. Progress otherwise goes to "
+                           "stderr while a run goes: one status line rewritten in place when stderr is a "
+                           "terminal, else a line every 5 s of wall time")
     demo.add_argument("--verbose", action="store_true", help="show the controller's logs (INFO) on stderr")
 
 
@@ -122,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _show_pools(args.file)
     if args.command == "run":
         return _run(args)
+    if args.command == "explain":
+        return explaincmd.run(args)
     if args.command == "demo":
         from gangscale.sim.demo import run as run_demo
 
@@ -134,159 +145,65 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _env(name: str, default: str | None) -> str | None:
-    """Every ``run`` flag can come from ``GANGSCALE_<FLAG>`` (``--batch-idle`` -> ``GANGSCALE_BATCH_IDLE``)."""
     return os.environ.get("GANGSCALE_" + name.upper().replace("-", "_"), default)
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes")
-
-
 def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from gangscale.flags import add_run_flags
+
     run = sub.add_parser(
         "run", help="run the controller against a cluster",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Serve ProvisioningRequests of the configured classes: plan every pending gang, scale node pools "
                     "all-or-nothing, write the outcome on each request. Every flag can also be set through the "
-                    "environment as GANGSCALE_<FLAG> (for example GANGSCALE_DRY_RUN=true). Durations take a number "
+                    "environment as GANGSCALE_<FLAG> (for example GANGSCALE_DRY_RUN=true); the command line wins. "
+                    "Booleans are true/false/1/0 (as Go's strconv.ParseBool reads them). Durations take a number "
                     "of seconds or units: 500ms, 10s, 5m, 1h30m, 7d.")
-    flag = run.add_argument
-    flag("--kubeconfig", default=_env("kubeconfig", None),
-         help="kubeconfig file; without it: $KUBECONFIG, then in-cluster config, then ~/.kube/config")
-    flag("--context", default=_env("context", None), help="kubeconfig context to use")
-    flag("--config", default=_env("config", None), help="the node-pool file (required); see `gangscale pools FILE`")
-    flag("--provider", default=_env("provider", "simulated"), choices=("simulated", "gke"),
-         help="node-pool provider: simulated (a pretend cloud that registers Node objects) or gke (GKE node pools "
-              "and Compute Engine instance groups; every pool needs a gke: block)")
-    flag("--gke-container-endpoint", default=_env("gke-container-endpoint", None),
-         help="base URL of the GKE API (default https://container.googleapis.com)")
-    flag("--gke-compute-endpoint", default=_env("gke-compute-endpoint", None),
-         help="base URL of the Compute Engine API (default https://compute.googleapis.com/compute/v1)")
-    flag("--classes", default=_env("classes", ",".join(DEFAULT_CLASSES)),
-         help="comma-separated ProvisioningRequest classes to serve; PRs of other classes are never touched")
-    flag("--processor-instance", default=_env("processor-instance", ""),
-         help="serve only PRs whose processorInstance parameter equals this (empty: PRs without the parameter)")
-    flag("--dry-run", action="store_true", default=_truthy(_env("dry-run", "false")),
-         help="read and plan everything, change nothing: no provider calls, no status writes, no events "
-              "(leader election still writes its Lease)")
-    flag("--metrics-host", default=_env("metrics-host", "0.0.0.0"), help="address of the observe server")
-    flag("--metrics-port", type=int, default=int(_env("metrics-port", "8080") or 8080),
-         help="port of /healthz, /readyz, /metrics and /debug/plans (0 picks a free one)")
-    flag("--batch-idle", default=_env("batch-idle", "1s"),
-         help="an idle controller plans a new request at once; while earlier scale-ups are calling the provider, "
-              "requests wait for them, but at most this long after the last arrival ...")
-    flag("--batch-max", default=_env("batch-max", "10s"), help="... or this long after the first")
-    flag("--booking-ttl", default=_env("booking-ttl", "10m"),
-         help="how long capacity stays booked after Provisioned=True (per PR: parameter bookingSeconds)")
-    flag("--scale-down-unneeded-time", default=_env("scale-down-unneeded-time", "10m"),
-         help="empty, unbooked units of managed pools are removed after this long")
-    flag("--max-node-provision-time", default=_env("max-node-provision-time", "15m"),
-         help="new nodes must be Ready this long after a scale-up starts, or every unit of it is released")
-    flag("--retry-initial", default=_env("retry-initial", "1m"),
-         help="first re-planning delay of a request whose capacity was not found (doubles each time) ...")
-    flag("--retry-max", default=_env("retry-max", "10m"), help="... up to this")
-    flag("--pool-backoff", default=_env("pool-backoff", "3m"),
-         help="how long a pool is skipped after a stockout, quota error or nodes that never got Ready (doubles "
-              "on repeated failures, up to 30m)")
-    flag("--expiry", default=_env("expiry", "7d"), help="a request not provisioned this long after creation fails "
-                                                         "with reason Expired")
-    flag("--terminal-ttl", default=_env("terminal-ttl", "7d"),
-         help="requests whose outcome is older than this are deleted (0 keeps them)")
-    flag("--ray", action=argparse.BooleanOptionalAction, default=_truthy(_env("ray", "true")),
-         help="watch autoscaling RayClusters that Kueue does not manage and provision their worker replicas as "
-              "whole gangs (off by itself when the API does not serve ray.io/v1 RayClusters)")
-    flag("--ray-batch-idle", default=_env("ray-batch-idle", "6s"),
-         help="Ray autoscaler steps merge into one gang until the demand has not changed for this long ...")
-    flag("--ray-batch-max", default=_env("ray-batch-max", "30s"), help="... or has been growing for this long")
-    flag("--ray-gcs", action=argparse.BooleanOptionalAction, default=_truthy(_env("ray-gcs", "true")),
-         help="read pending placement groups from each RayCluster head's GCS (needs the gangscale[ray] extra)")
-    flag("--ray-gcs-interval", default=_env("ray-gcs-interval", "5s"), help="how often the GCS is read")
-    flag("--leader-elect", action=argparse.BooleanOptionalAction, default=_truthy(_env("leader-elect", "true")),
-         help="elect one acting replica through a coordination.k8s.io/v1 Lease; the others stay synced on standby")
-    flag("--leader-elect-lease-duration", default=_env("leader-elect-lease-duration", "15s"),
-         help="a replica takes the lease once it has seen it unrenewed this long")
-    flag("--leader-elect-renew-deadline", default=_env("leader-elect-renew-deadline", "10s"),
-         help="the leader stops acting and exits if it could not renew the lease for this long")
-    flag("--leader-elect-retry-period", default=_env("leader-elect-retry-period", "2s"),
-         help="how often the lease is renewed, or tried for")
-    flag("--leader-elect-lease-name", default=_env("leader-elect-lease-name", "gangscale"), help="the Lease's name")
-    flag("--leader-elect-namespace", default=_env("leader-elect-namespace", None),
-         help="the Lease's namespace (default: the pod's namespace, else default)")
-    flag("--leader-elect-identity", default=_env("leader-elect-identity", None),
-         help="this replica's identity in the Lease (default: $POD_NAME, else hostname_<random>)")
-    flag("--api-unreachable-timeout", default=_env("api-unreachable-timeout", "60s"),
-         help="/readyz fails when no API request has succeeded for this long")
-    flag("--log-format", default=_env("log-format", "json"), choices=("json", "text"), help="log line format")
-    flag("--log-level", default=_env("log-level", "info"), help="debug, info, warning or error")
-    flag("--for", dest="duration", type=float, default=None, help="stop after this many seconds (for demos and tests)")
+    add_run_flags(run)
+
+
+def run_flags(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> RunFlags:
+    """The typed flags ``gangscale run ARGV`` would run with (with ``environ`` as its environment; none by
+    default): what the deployment tests check a manifest's arguments with. Raises FlagError or SystemExit."""
+    from gangscale.flags import resolve
+
+    args = _parser().parse_args(["run", *argv] if not argv or argv[0] != "run" else argv)
+    return resolve(args, environ or {})
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gangscale.config import ConfigError, load_pool_file, parse_duration
-    from gangscale.controller.app import RunOptions, serve
-    from gangscale.controller.settings import Settings
-    from gangscale.kube.lease import LeaseConfig
+    from gangscale.config import ConfigError, load_pool_file
+    from gangscale.controller.app import RunOptions, StartupError, serve
+    from gangscale.flags import FlagError, resolve, unknown_variables
     from gangscale.observe.logs import configure_logging
 
     try:
-        configure_logging(args.log_level, args.log_format)
-    except ValueError as exc:
+        flags = resolve(args)
+    except FlagError as exc:
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 2
-    if not args.config:
+    for name in unknown_variables():
+        print(f"gangscale run: warning: {name} is set but names no flag of gangscale run; ignored", file=sys.stderr)
+    configure_logging(flags.log_level, flags.log_format)
+    if not flags.config:
         print("gangscale run: --config (or GANGSCALE_CONFIG) is required: the node-pool file", file=sys.stderr)
         return 2
     try:
-        pool_file = load_pool_file(args.config)
+        pool_file = load_pool_file(flags.config)
     except ConfigError as exc:
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 2
+    if flags.provider == "gke" and (bare := [pool.name for pool in pool_file.pools if "gke" not in pool.provider]):
+        print(f"gangscale run: --provider gke needs a gke: block (project, location, cluster, mode) on every pool; "
+              f"{flags.config} has none on {', '.join(bare)}", file=sys.stderr)
+        return 2
     try:
-        durations = {name: parse_duration(getattr(args, name)) for name in (
-            "batch_idle", "batch_max", "booking_ttl", "scale_down_unneeded_time", "max_node_provision_time",
-            "retry_initial", "retry_max", "pool_backoff", "expiry", "terminal_ttl", "ray_batch_idle",
-            "ray_batch_max", "ray_gcs_interval", "leader_elect_lease_duration", "leader_elect_renew_deadline",
-            "leader_elect_retry_period", "api_unreachable_timeout")}
+        options = RunOptions.from_flags(flags, pool_file, _pod_namespace)
     except ValueError as exc:
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 2
-    if args.provider == "gke" and (bare := [pool.name for pool in pool_file.pools if "gke" not in pool.provider]):
-        print(f"gangscale run: --provider gke needs a gke: block (project, location, cluster, mode) on every pool; "
-              f"{args.config} has none on {', '.join(bare)}", file=sys.stderr)
-        return 2
-    classes = tuple(c.strip() for c in args.classes.split(",") if c.strip())
-    if not classes:
-        print("gangscale run: --classes names no class", file=sys.stderr)
-        return 2
-    settings = Settings(
-        classes=classes, processor_instance=args.processor_instance, dry_run=args.dry_run,
-        batch_idle=durations["batch_idle"], batch_max=durations["batch_max"], booking_ttl=durations["booking_ttl"],
-        scale_down_unneeded_time=durations["scale_down_unneeded_time"],
-        max_node_provision_time=durations["max_node_provision_time"], retry_initial=durations["retry_initial"],
-        retry_max=durations["retry_max"], pool_backoff_initial=durations["pool_backoff"],
-        expiry=durations["expiry"], terminal_ttl=durations["terminal_ttl"], ray=args.ray,
-        ray_batch_idle=durations["ray_batch_idle"], ray_batch_max=durations["ray_batch_max"], ray_gcs=args.ray_gcs,
-        ray_gcs_interval=durations["ray_gcs_interval"], api_unreachable_timeout=durations["api_unreachable_timeout"])
-    lease = None
-    if args.leader_elect:
-        identity = args.leader_elect_identity or os.environ.get("POD_NAME") or \
-            f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-        try:
-            lease = LeaseConfig(args.leader_elect_namespace or _pod_namespace(), args.leader_elect_lease_name,
-                                identity, lease_duration=durations["leader_elect_lease_duration"],
-                                renew_deadline=durations["leader_elect_renew_deadline"],
-                                retry_period=durations["leader_elect_retry_period"])
-        except ValueError as exc:
-            print(f"gangscale run: {exc}", file=sys.stderr)
-            return 2
-        settings = dataclasses.replace(settings, identity=identity)
-    options = RunOptions(pool_file=pool_file, settings=settings, provider=args.provider, kubeconfig=args.kubeconfig,
-                         context=args.context, metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                         duration=args.duration, gke_container_endpoint=args.gke_container_endpoint,
-                         gke_compute_endpoint=args.gke_compute_endpoint, lease=lease)
     try:
         return asyncio.run(serve(options))
-    except RuntimeError as exc:
+    except StartupError as exc:  # one line, no traceback: what could not be reached, read or bound
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 1
 

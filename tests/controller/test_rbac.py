@@ -23,7 +23,6 @@ from typing import Any
 
 from gangscale import cli
 from gangscale.clock import ManualClock, Sleeps, counting_sleeps
-from gangscale.config import parse_duration
 from gangscale.kube.client import make_http
 from gangscale.kube.lease import LeaseConfig, LeaseElector
 from gangscale.kube.resources import LEASES, NAMESPACES, SECRETS
@@ -171,12 +170,12 @@ async def _clients(kubeconfig: Path, *pods: str) -> AsyncIterator[tuple[dict[str
 def _lease_config(deployment: dict[str, Any], identity: str) -> LeaseConfig:
     """The LeaseConfig `gangscale run` builds from the Deployment's arguments, in the Deployment's namespace
     (the namespace of the pod's service account) and with the pod's name as identity ($POD_NAME)."""
-    args = cli._parser().parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
-    assert args.leader_elect and args.leader_elect_namespace is None and args.leader_elect_identity is None
-    return LeaseConfig(deployment["metadata"]["namespace"], args.leader_elect_lease_name, identity,
-                       lease_duration=parse_duration(args.leader_elect_lease_duration),
-                       renew_deadline=parse_duration(args.leader_elect_renew_deadline),
-                       retry_period=parse_duration(args.leader_elect_retry_period))
+    flags = cli.run_flags(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert flags.leader_elect and flags.leader_elect_namespace is None and flags.leader_elect_identity is None
+    return LeaseConfig(deployment["metadata"]["namespace"], flags.leader_elect_lease_name, identity,
+                       lease_duration=flags.leader_elect_lease_duration,
+                       renew_deadline=flags.leader_elect_renew_deadline,
+                       retry_period=flags.leader_elect_retry_period)
 
 
 async def test_the_leader_election_role_grants_exactly_what_the_elector_uses(

@@ -25,6 +25,7 @@ import yaml
 
 from gangscale import cli
 from gangscale.config import parse_pool_yaml
+from gangscale.flags import FlagError
 from gangscale.kube.errors import ApiError
 from gangscale.kube.transport import KubeHTTP, Resource
 from gangscale.sim.apiserver import EmbeddedAPIServer, LoggedRequest
@@ -385,7 +386,7 @@ def test_two_replicas_run_only_with_leader_election_on_the_lease_the_role_grants
     # The flags as `gangscale run` reads them: election on (explicitly, whatever the default or the
     # environment says), and the Lease named as the Role names it, in the Deployment's namespace (the
     # controller takes the namespace of its service account, that is of its pod).
-    args = cli._parser().parse_args(container(base)["args"])
+    args = cli.run_flags(container(base)["args"])
     assert args.leader_elect is True and m.flags(container(base)["args"])["leader-elect"] is None
     assert args.leader_elect_namespace is None
     assert args.leader_elect_identity is None  # $POD_NAME
@@ -393,7 +394,7 @@ def test_two_replicas_run_only_with_leader_election_on_the_lease_the_role_grants
     assert {name for *_, name in m.role_rules(role) if name} == {args.leader_elect_lease_name} == {LEASE}
     assert role["metadata"]["namespace"] == m.one(base, "Deployment", "gangscale")["metadata"]["namespace"]
     assert (args.leader_elect_retry_period, args.leader_elect_renew_deadline, args.leader_elect_lease_duration) \
-        == ("2s", "10s", "15s")
+        == (2.0, 10.0, 15.0)
 
 
 def test_deployment_names_each_pod_as_its_lease_identity(base: list[JSON]) -> None:
@@ -523,8 +524,9 @@ def test_deployment_args_parse_with_the_cli_once_it_has_run() -> None:
         err = io.StringIO()
         try:
             with contextlib.redirect_stderr(err):
-                parser.parse_args(args)
-        except SystemExit:
+                cli.run_flags(args)
+        except (SystemExit, FlagError) as exc:
+            err.write(str(exc))
             pytest.fail(f"`gangscale {' '.join(args)}` does not parse: {err.getvalue()}")
 
 
@@ -553,8 +555,7 @@ def test_the_gke_overlay_runs_the_gke_provider_live_with_workload_identity_and_g
     assert pools and all("gke" in pool.provider for pool in pools)
     # The gke provider calls Google's APIs to make nodes: no Kubernetes permission beyond the base's.
     assert m.granted_rules(gke) == CONTROLLER_RULES
-    parser = cli._parser()
-    parser.parse_args(args)
+    cli.run_flags(args)
 
 
 # --- RBAC ----------------------------------------------------------------------------------------------
