@@ -14,6 +14,7 @@ import secrets
 from typing import Any
 
 from gangscale.kube.errors import ApiError
+from gangscale.kube.eventcache import Create, EventCorrelator, Patch
 from gangscale.kube.resources import EVENTS, PROVREQS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.timefmt import rfc3339
@@ -21,6 +22,7 @@ from gangscale.timefmt import rfc3339
 JSON = dict[str, Any]
 FIELD_MANAGER = "gangscale"
 APPLY = "application/apply-patch+yaml"
+STRATEGIC = "application/strategic-merge-patch+json"
 log = logging.getLogger(__name__)
 
 
@@ -49,7 +51,9 @@ async def delete_provreq(http: KubeHTTP, namespace: str, name: str, uid: str) ->
 class EventRecorder:
     """Kubernetes Events (core/v1) about ProvisioningRequests, from component ``gangscale``.
 
-    Failures to record are logged and swallowed: an event is a courtesy and must never stop the loop.
+    Repeats are correlated as client-go's recorder does (:mod:`gangscale.kube.eventcache`): an identical event
+    increments ``count`` on the earlier one, many similar ones are combined, and a flood about one object is
+    rate-limited. Failures to record are logged and swallowed: an event is a courtesy and must never stop the loop.
     """
 
     def __init__(self, http: KubeHTTP, *, component: str = FIELD_MANAGER, host: str = "") -> None:
@@ -61,6 +65,7 @@ class EventRecorder:
         # millisecond; a per-recorder salt keeps their names apart.
         self._salt = secrets.token_hex(3)
         self.sent = 0
+        self.correlator = EventCorrelator()
 
     async def record(self, obj: JSON, event_type: str, reason: str, message: str, now: float) -> None:
         meta = obj.get("metadata") or {}
@@ -80,8 +85,26 @@ class EventRecorder:
             "reportingComponent": self.component, "reportingInstance": self.host or self.component,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
+        action = self.correlator.correlate(body, now)
         try:
-            await self.http.request("POST", EVENTS.path(namespace), body=body)
+            if isinstance(action, Patch):
+                await self._patch(action)
+            elif isinstance(action, Create):
+                await self.http.request("POST", EVENTS.path(namespace), body=action.body)
+            else:
+                log.debug("event %s on %s/%s dropped: too many about this object", reason, namespace, meta.get("name"))
+                return
             self.sent += 1
         except ApiError as exc:
             log.warning("could not record event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
+
+    async def _patch(self, action: Patch) -> None:
+        try:
+            await self.http.request("PATCH", EVENTS.path(action.namespace, action.name), body=action.change,
+                                    content_type=STRATEGIC)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            # Gone (deleted, or expired by the API server's event TTL): create it again, count kept.
+            await self.http.request("POST", EVENTS.path(action.namespace), body=action.body)
+            self.correlator.recreated(action.body)

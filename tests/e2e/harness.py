@@ -299,13 +299,14 @@ class E2E:
         return sorted(listed.get("items") or [], key=name_of)
 
     async def events(self, reason: str, involved: str | None = None) -> list[str]:
-        """Messages of the Events with ``reason`` (about the object named ``involved``), oldest first."""
+        """Messages of the Events with ``reason`` (about the object named ``involved``), oldest first, each as often
+        as it occurred: recorders count a repeat on the earlier Event (``count``) as client-go's does."""
         listed = await self.sim.http.request("GET", EVENTS.path(NS))
         items = [e for e in listed.get("items") or [] if e.get("reason") == reason
                  and (involved is None or (e.get("involvedObject") or {}).get("name") == involved)]
         items.sort(key=lambda e: (str(e.get("lastTimestamp") or ""), str((e.get("metadata") or {})
                                                                            .get("resourceVersion") or "")))
-        return [str(e.get("message", "")) for e in items]
+        return [str(e.get("message", "")) for e in items for _ in range(int(e.get("count") or 1))]
 
     async def ready(self, wl: str = "wl") -> bool:
         """The provisioning check is Ready."""
