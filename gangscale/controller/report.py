@@ -1,6 +1,9 @@
 """What the controller shows about itself, computed when somebody looks: the pool gauges and ``/debug/plans``.
 
 Both walk every unit or request, so they run when ``/metrics`` or ``/debug/plans`` is read, never in a pass.
+``/debug/plans?pr=NAMESPACE/NAME`` is one request's document (:func:`request_document`: phase, conditions, the
+latest decision with its per-pool reasons and hints, the scale-up in flight, the booking), which
+``gangscale explain`` renders; ``gangscale explain --offline`` builds the same document from the cluster.
 """
 
 from __future__ import annotations
@@ -9,11 +12,19 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gangscale.controller import conditions as C
 from gangscale.controller.backoffs import PoolBackoff
+from gangscale.controller.reconcile import deadline
 from gangscale.controller.request import Phase, RequestState, phase
+from gangscale.controller.settings import Settings
 from gangscale.controller.view import ClusterView
+from gangscale.model.decision import Decision, Hint, PoolReason
 from gangscale.model.nodepool import NodePool
+from gangscale.planner import summarize
 from gangscale.timefmt import rfc3339
+
+#: Placements on existing nodes listed per decision in a request's document before the rest are counted.
+MAX_PLACEMENTS = 50
 
 
 def pool_unit_states(view: ClusterView, pools: Mapping[str, NodePool],
@@ -37,6 +48,10 @@ def pool_unit_states(view: ClusterView, pools: Mapping[str, NodePool],
     return dict(out)
 
 
+def backed_off_json(backed_off: Mapping[str, PoolBackoff]) -> dict[str, Any]:
+    return {pool: {"until": rfc3339(b.until), "reason": b.reason} for pool, b in backed_off.items()}
+
+
 def debug_document(*, dry_run: bool, passes: int, last_pass: float | None, plans: Mapping[str, dict[str, Any]],
                    scale_downs: list[dict[str, Any]], backed_off: Mapping[str, PoolBackoff],
                    states: Mapping[str, RequestState]) -> dict[str, Any]:
@@ -47,9 +62,75 @@ def debug_document(*, dry_run: bool, passes: int, last_pass: float | None, plans
         "lastPass": rfc3339(last_pass) if last_pass is not None else None,
         "decisions": [plans[key] for key in sorted(plans) if key in states],
         "scaleDowns": scale_downs,
-        "backedOffPools": {pool: {"until": rfc3339(b.until), "reason": b.reason} for pool, b in backed_off.items()},
+        "backedOffPools": backed_off_json(backed_off),
         "requests": [{"request": st.key, "class": st.request.class_name, "phase": phase(st).value,
                       "conditions": {t: f"{c.status}/{c.reason}: {c.message}" for t, c in st.conditions.items()},
                       "retryAt": rfc3339(st.retry_at) if st.retry_at else None}
                      for st in sorted(states.values(), key=lambda s: s.key)],
     }
+
+
+def request_document(st: RequestState, view: ClusterView, settings: Settings, now: float,
+                     decided_at: str | None) -> dict[str, Any]:
+    """One request as ``gangscale explain`` reads it: phase, conditions, the latest decision (``decided_at``: when),
+    the scale-up in flight, the booking."""
+    decision = decision_json(st.decision) if st.decision is not None else None
+    if decision is not None:
+        decision["at"] = decided_at
+    return {
+        "request": st.key, "class": st.request.class_name, "phase": phase(st).value,
+        "conditions": [st.conditions[t].to_json() for t in C.OWNED_TYPES if t in st.conditions],
+        "retryAt": rfc3339(st.retry_at) if st.retry_at else None,
+        "decision": decision, "scaleUp": _scale_up_json(st, view), "booking": _booking_json(st, view, settings, now),
+    }
+
+
+def decision_json(d: Decision) -> dict[str, Any]:
+    return {
+        "outcome": d.outcome.value, "summary": summarize(d), "zone": d.zone,
+        "steps": [{"pool": s.pool, "units": s.units, "nodes": s.nodes} for s in d.steps],
+        "placements": [{"podSet": p.pod_set, "node": p.node, "count": p.count}
+                       for p in d.placements[:MAX_PLACEMENTS]],
+        "reasons": [reason_json(r) for r in d.reasons],
+    }
+
+
+def reason_json(reason: PoolReason) -> dict[str, Any]:
+    return {"pool": reason.pool, "code": reason.code.value, "message": reason.message,
+            "hint": _hint_json(reason.hint) if reason.hint is not None else None}
+
+
+def _hint_json(hint: Hint) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if hint.until is not None:
+        out["until"] = rfc3339(hint.until)
+    if hint.needed is not None or hint.allowed is not None:
+        out.update(needed=hint.needed, allowed=hint.allowed, of=hint.of)
+    if hint.taint is not None:
+        out["taint"] = {"key": hint.taint.key, "value": hint.taint.value, "effect": hint.taint.effect}
+    if hint.pod_set:
+        out["podSet"] = hint.pod_set
+    if hint.fits is not None:
+        out["fits"] = hint.fits
+    return out
+
+
+def _scale_up_json(st: RequestState, view: ClusterView) -> dict[str, Any] | None:
+    record = st.record
+    if record is None:
+        return None
+    nodes = sorted({name for token in record.tokens for name in view.nodes_of(token)})
+    return {"attempt": record.attempt, "phase": record.phase, "deadline": rfc3339(record.deadline),
+            "steps": [{"pool": step.pool, "units": step.units} for step in record.steps],
+            "nodes": nodes, "ready": sum(1 for name in nodes if view.ready(name))}
+
+
+def _booking_json(st: RequestState, view: ClusterView, settings: Settings, now: float) -> dict[str, Any] | None:
+    if phase(st) is not Phase.BOOKED:
+        return None
+    until = deadline(st, settings, now)
+    nodes = []
+    for name in sorted(st.booking or ()):
+        info = view.nodes.get(name)
+        nodes.append({"node": name, "pool": info.pool if info else None, "unit": info.unit if info else None})
+    return {"until": rfc3339(until) if until is not None else None, "nodes": nodes}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gangscale.model.policy import NODES, PRICE, WASTE
+from gangscale.model.scheduling import Taint
 
 
 class Outcome(StrEnum):
@@ -34,11 +35,32 @@ class ReasonCode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Hint:
+    """What would change a :class:`PoolReason`, as data for tools (``gangscale explain``); the message says the
+    same in words. Every field is optional: each reason fills those that apply to it."""
+
+    #: Until when the pool is closed or limited (seconds since the epoch): a backoff, a stockout's ceiling.
+    until: float | None = None
+    #: How much the gang needs and how much is allowed, counted in ``of``.
+    needed: int | None = None
+    allowed: int | None = None
+    #: What ``needed`` and ``allowed`` count: ``units`` of the pool, or a resource (quota, one pod's request).
+    of: str = ""
+    #: The taint the pods do not tolerate (a toleration of it would admit them).
+    taint: Taint | None = None
+    #: The pod set the reason is about, and the largest count of it that would fit, all else unchanged.
+    pod_set: str = ""
+    fits: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolReason:
     #: The pool; several names ("a, b and 3 more") for a reason that holds for each alike; "" for the gang.
     pool: str
     code: ReasonCode
     message: str
+    #: Structured detail of the message; not compared (two reasons that say the same are equal).
+    hint: Hint | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,9 @@ Routes (GET, and HEAD as aiohttp adds it):
     ``plans()`` as indented JSON; 500 with a message if it raises or cannot be encoded (non-finite floats
     included, as they are not JSON). Dataclasses, pydantic models and sets are converted; other objects are
     written as their ``str``.
+``/debug/plans?pr=NAMESPACE/NAME``
+    ``plans(pr="NAMESPACE/NAME")``: one request's document (what ``gangscale explain`` reads); 404 with a JSON body
+    ``{"error": ...}`` when the callback returns None (no such request is known).
 
 Any other path is a 404. The callbacks are called on the event loop for each request, so they must be cheap and
 non-blocking (read state the controller already keeps). A callback that raises counts as a failed probe rather than
@@ -64,7 +67,7 @@ class ObserveServer:
         metrics: Metrics,
         healthy: Probe,
         ready: Probe,
-        plans: Callable[[], object],
+        plans: Callable[..., object],
     ) -> None:
         self.host = host
         self.port = port
@@ -139,8 +142,12 @@ class ObserveServer:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def _handle_plans(self, request: web.Request) -> web.Response:
+        pr = request.query.get("pr")
         try:
-            text = json.dumps(self._plans(), indent=2, default=_jsonable, allow_nan=False)
+            found = self._plans() if pr is None else self._plans(pr=pr)
+            if pr is not None and found is None:
+                return web.json_response({"error": f"the controller knows no request {pr}"}, status=404)
+            text = json.dumps(found, indent=2, default=_jsonable, allow_nan=False)
         except Exception as e:
             log.exception("debug plans unavailable")
             return web.Response(status=500, text=f"plans unavailable: {type(e).__name__}: {e}")

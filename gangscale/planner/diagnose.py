@@ -8,14 +8,15 @@ then the gang as a whole (a pod set no pool can run; no single zone that holds e
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from gangscale.model.decision import PoolReason, ReasonCode
+from gangscale.model.decision import Hint, PoolReason, ReasonCode
 from gangscale.model.nodepool import NodePool
 from gangscale.model.snapshot import PoolState
 from gangscale.planner.compat import Compatibility
 from gangscale.planner.pack import Group, fit_group, units_needed
-from gangscale.planner.search import GangSearch
+from gangscale.planner.search import GangSearch, ZoneShortfall
 from gangscale.planner.state import ClusterState
 
 
@@ -29,9 +30,18 @@ def _units_for(pool: NodePool, vec: list[int], group: Group) -> tuple[int, int]:
     return units * pool.nodes_per_unit, units
 
 
-def _limits(state: ClusterState, pool_state: PoolState, units: int, nodes: int, what: str) -> PoolReason | None:
+def _fits(pool: NodePool, units: int, per_node: int) -> int | None:
+    """Pods of one pod set that ``units`` units of ``pool`` hold (None when none would)."""
+    return units * pool.nodes_per_unit * per_node or None
+
+
+def _limits(state: ClusterState, pool_state: PoolState, units: int, nodes: int, what: str,
+            group: Group | None = None, per_node: int = 0) -> PoolReason | None:
+    """The pool's limit the gang runs into (ceiling, maxUnits, quota). With ``group`` (a reason about one pod set),
+    the hint says how many of its pods the pool could still take."""
     pool = pool_state.pool
     headroom = state.headroom.get(pool.name, 0)
+    pod_set = group.name if group is not None else ""
     if units > headroom and pool_state.ceiling is not None and pool_state.ceiling < pool_state.max_headroom:
         # The cloud said it could not give more: that, not maxUnits, is what stands in the way.
         size = f" ({units} units of {pool.nodes_per_unit})" if pool.nodes_per_unit > 1 else ""
@@ -39,25 +49,41 @@ def _limits(state: ClusterState, pool_state: PoolState, units: int, nodes: int, 
         taken = pool_state.headroom - headroom
         ahead = f", {taken * pool.nodes_per_unit} of them planned for gangs ahead of this one" if taken else ""
         cause = pool_state.ceiling_reason or "a stockout"
+        hint = Hint(until=pool_state.ceiling_until, needed=units, allowed=headroom, of="units", pod_set=pod_set,
+                    fits=_fits(pool, headroom, per_node))
         return PoolReason(pool.name, ReasonCode.BACKED_OFF,
                           f"needs {nodes} nodes{size} for {what}, but after {cause} the cloud is taken to have at "
-                          f"most {pool_state.ceiling * pool.nodes_per_unit} more{until}{ahead}")
+                          f"most {pool_state.ceiling * pool.nodes_per_unit} more{until}{ahead}", hint)
     if units > headroom:
         taken = pool_state.headroom - headroom
         detail = f"maxUnits {pool.max_units}: {pool_state.units} in use, {pool_state.inflight_units} in flight"
         if taken:
             detail += f", {taken} planned for gangs ahead of this one"
         size = f" ({units} units of {pool.nodes_per_unit})" if pool.nodes_per_unit > 1 else ""
+        hint = Hint(needed=units, allowed=headroom, of="units", pod_set=pod_set, fits=_fits(pool, headroom, per_node))
         return PoolReason(pool.name, ReasonCode.MAX_UNITS,
                           f"needs {nodes} nodes{size} for {what}, maxUnits leaves "
-                          f"{headroom * pool.nodes_per_unit} ({detail})")
+                          f"{headroom * pool.nodes_per_unit} ({detail})", hint)
     for quota, left in zip(state.quotas, state.quota_left, strict=True):
         per_unit = quota.per_unit(pool) if quota.applies_to(pool.name) else 0
         if per_unit and units * per_unit > left:
+            hint = Hint(needed=units * per_unit, allowed=left, of=quota.resource, pod_set=pod_set,
+                        fits=_fits(pool, min(headroom, left // per_unit), per_node))
             return PoolReason(pool.name, ReasonCode.QUOTA,
                               f"needs {units * per_unit} {quota.resource} for {what}, quota {quota.name} "
-                              f"leaves {left}")
+                              f"leaves {left}", hint)
     return None
+
+
+def _shape_hint(compat: Compatibility, group: Group, pool: NodePool, code: ReasonCode) -> Hint:
+    """The data behind a node-shape reason: the taint not tolerated, or the request bigger than a node."""
+    if code is ReasonCode.TAINT:
+        taint = group.demand.blocking_taint(pool.taints, compat.policy.extended_resource_toleration)
+        return Hint(taint=taint, pod_set=group.name)
+    if code is ReasonCode.TOO_LARGE:
+        for name, (need, have) in group.demand.requests.shortfall(pool.allocatable).items():
+            return Hint(needed=need, allowed=have, of=name, pod_set=group.name)
+    return Hint(pod_set=group.name)
 
 
 def _pool_reason(state: ClusterState, compat: Compatibility, search: GangSearch,
@@ -67,20 +93,21 @@ def _pool_reason(state: ClusterState, compat: Compatibility, search: GangSearch,
         assert pool_state.backoff_until is not None
         cause = pool_state.backoff_reason or "a failed scale-up"
         return PoolReason(pool.name, ReasonCode.BACKED_OFF, f"backed off until {when(pool_state.backoff_until)} "
-                                                            f"after {cause}")
+                                                            f"after {cause}", Hint(until=pool_state.backoff_until))
     problems = {group.index: compat.pool_problem(group.demand, pool) for group in search.groups}
     fitting = [group for group in search.groups if problems[group.index] is None]
     if not fitting:
         group = search.groups[0]
         problem = problems[group.index]
         assert problem is not None
-        return PoolReason(pool.name, problem.code, f"pod set {group.name!r}: {problem.message}")
+        return PoolReason(pool.name, problem.code, f"pod set {group.name!r}: {problem.message}",
+                          _shape_hint(compat, group, pool, problem.code))
     vec = [pool.allocatable.get(name) for name in search.dims]
     total_nodes = total_units = 0
     for group in fitting:
         nodes, units = _units_for(pool, vec, group)
         total_nodes, total_units = total_nodes + nodes, total_units + units
-        limit = _limits(state, pool_state, units, nodes, f"pod set {group.name!r}")
+        limit = _limits(state, pool_state, units, nodes, f"pod set {group.name!r}", group, fit_group(vec, group))
         if limit is not None:
             return limit
     if len(fitting) > 1:
@@ -94,7 +121,8 @@ def _pool_reason(state: ClusterState, compat: Compatibility, search: GangSearch,
         assert problem is not None
         names = ", ".join(repr(g.name) for g in fitting)
         return PoolReason(pool.name, problem.code,
-                          f"could run pod set {names} but not {group.name!r}: {problem.message}")
+                          f"could run pod set {names} but not {group.name!r}: {problem.message}",
+                          _shape_hint(compat, group, pool, problem.code))
     return None
 
 
@@ -115,13 +143,23 @@ def _gang_reasons(search: GangSearch, per_pool: list[PoolReason]) -> list[PoolRe
     closest = max(misses, key=lambda s: (s.placeable / s.needed, s.zone or ""))
     room = (f"room for {closest.placeable} of {closest.needed} pods of pod set "
             f"{search.groups[closest.group].name!r}")
+    hint = _room_hint(search, closest)
     if len({s.zone for s in misses}) > 1:
         reasons.append(PoolReason("", ReasonCode.ZONE, f"no single zone can hold the whole gang (its nodes must "
-                                                       f"share a zone); closest: zone {closest.zone} has {room}"))
+                                                       f"share a zone); closest: zone {closest.zone} has {room}", hint))
     else:
         where = f" in zone {closest.zone}" if closest.zone else ""
-        reasons.append(PoolReason("", ReasonCode.CAPACITY, f"free capacity and every pool{where} together have {room}"))
+        reasons.append(PoolReason("", ReasonCode.CAPACITY, f"free capacity and every pool{where} together have {room}",
+                                  hint))
     return reasons
+
+
+def _room_hint(search: GangSearch, closest: ZoneShortfall) -> Hint:
+    """How many pods of the pod set there is room for; a count that fits only for a gang of one pod set (room
+    for each pod set alone says nothing about room for all of them together)."""
+    fits = (closest.placeable or None) if len(search.groups) == 1 else None
+    return Hint(needed=closest.needed, allowed=closest.placeable, of="pods", pod_set=search.groups[closest.group].name,
+                fits=fits)
 
 
 #: Reasons about what a pool's nodes are (not about its capacity): alike pools share one line.
@@ -147,7 +185,7 @@ def _merge_alike(reasons: list[PoolReason]) -> list[PoolReason]:
         if len(pools) > 1:
             named = ", ".join(pools[:MAX_NAMED_POOLS])
             more = f" and {len(pools) - MAX_NAMED_POOLS} more" if len(pools) > MAX_NAMED_POOLS else ""
-            result.append(PoolReason(named + more, reason.code, reason.message))
+            result.append(replace(reason, pool=named + more))
         else:
             result.append(reason)
     return result
@@ -166,7 +204,8 @@ def _no_scale_reasons(search: GangSearch) -> tuple[PoolReason, ...]:
         where = f" in zone {closest.zone}" if closest.zone else ""
         reasons.append(PoolReason("", ReasonCode.CAPACITY,
                                   f"free capacity on Ready nodes{where} has room for {closest.placeable} of "
-                                  f"{closest.needed} pods of pod set {search.groups[closest.group].name!r}"))
+                                  f"{closest.needed} pods of pod set {search.groups[closest.group].name!r}",
+                                  _room_hint(search, closest)))
     reasons.append(PoolReason("", ReasonCode.CAPACITY, "this class checks existing capacity only and never "
                                                        "scales a pool"))
     return tuple(reasons)
