@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from gangscale.cli import main
+from gangscale.sim import progress
 
 TINY = """
 name: tiny
@@ -33,9 +35,11 @@ workloads:
 def test_demo_runs_a_scenario_file_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(TINY)
-    out_json = tmp_path / "run.json"
-    assert main(["demo", "--scenario", str(scenario), "--json", str(out_json)]) == 0
+    out_json, picture = tmp_path / "run.json", tmp_path / "run.svg"
+    assert main(["demo", "--scenario", str(scenario), "--json", str(out_json), "--plot", str(picture)]) == 0
     out = capsys.readouterr().out
+    assert f"picture written to {picture}" in out
+    assert run_panels(picture) == ["gangscale"]
     assert "Timeline (gangscale) — scenario tiny" in out
     assert "admitted" in out and "finished" in out
     assert "1/1 workloads finished" in out
@@ -103,3 +107,49 @@ def test_demo_on_the_gke_provider_runs_the_scenario_through_the_fake_gke(
     assert all(n["name"].startswith("gke-demo-gs-") for n in run["nodes"])  # VMs of a GKE node pool of its own
     assert main(["demo", "--scenario", str(scenario), "--provider", "gke", "--baseline"]) == 2
     assert "--baseline compares on the simulated provider only" in capsys.readouterr().err
+
+
+def run_panels(picture: Path) -> list[str]:
+    root = ET.fromstring(picture.read_text())
+    assert root.get("viewBox")
+    return [g.get("data-mode", "") for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "run"]
+
+
+def test_json_to_stdout_leaves_stdout_pure_json_and_the_tables_on_stderr(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    picture = tmp_path / "both.svg"
+    assert main(["demo", "--scenario", str(scenario), "--baseline", "--json", "-", "--plot", str(picture)]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert [run["mode"] for run in doc["runs"]] == ["gangscale", "baseline"]
+    assert "Workloads (gangscale" in captured.err and "Side by side" in captured.err
+    assert "JSON written" not in captured.err
+    assert run_panels(picture) == ["gangscale", "baseline"]
+
+
+def test_plot_refuses_png_before_running_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--plot", str(tmp_path / "demo.png")]) == 2
+    captured = capsys.readouterr()
+    assert "--plot draws SVG only" in captured.err
+    assert captured.out == "" and not (tmp_path / "demo.png").exists()
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress", "quiet"])
+def test_progress_goes_to_stderr_unless_quiet(quiet: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """stderr is not a terminal here: progress comes as log lines; with no wait between them (the intervals set to
+    0), the first look at the cluster writes one at once, so no timing decides the outcome."""
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    monkeypatch.setattr(progress, "TICK", 0.0)
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    assert main(["demo", "--scenario", str(scenario), *(["--quiet"] if quiet else [])]) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("gangscale demo: gangscale: t=")]
+    assert "simulated ·" not in captured.out
+    if quiet:
+        assert lines == []
+    else:
+        assert lines and lines[0].startswith("gangscale demo: gangscale: t=0:00:00 simulated · 0/1 workloads")
