@@ -41,7 +41,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from gangscale.aio import cancel_and_wait
 from gangscale.clock import Clock, Sleeps, SystemClock, counting_sleeps, wait_event
@@ -51,7 +51,7 @@ from gangscale.controller.batching import Batching
 from gangscale.controller.demand import DemandSource
 from gangscale.controller.effects import Effects, Released, ScaledUp, Written
 from gangscale.controller.indices import RequestIndex
-from gangscale.controller.planning import Units, gangs_of, rebook, units_of
+from gangscale.controller.planning import Units, gangs_of, planning_snapshot, rebook, units_of
 from gangscale.controller.prsource import ProvReqSource
 from gangscale.controller.raysource import RaySource
 from gangscale.controller.reconcile import (
@@ -67,11 +67,11 @@ from gangscale.controller.reconcile import (
     scale_up_failed,
 )
 from gangscale.controller.recovery import recover_intents, release_orphans
-from gangscale.controller.report import debug_document, pool_unit_states
+from gangscale.controller.report import backed_off_json, debug_document, pool_unit_states, request_document
 from gangscale.controller.request import Phase, Request, RequestState, phase
 from gangscale.controller.scaledown import IdleUnits, unneeded
 from gangscale.controller.settings import Settings
-from gangscale.controller.snapshot import held, inflight_by_pool, pool_states, snapshot, unit_count
+from gangscale.controller.snapshot import held, unit_count
 from gangscale.controller.view import ClusterView
 from gangscale.controller.workqueue import WorkQueue
 from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, strip_managed_fields
@@ -363,6 +363,7 @@ class Controller:
         self.passes += 1
         self.pass_seconds += time.perf_counter() - started  # real time spent, for benchmarks
         self.last_pass = self.clock.now()
+        self.metrics.pass_finished(self.last_pass)  # the clock is unix time in production (SystemClock)
         self._settled.set()
 
     async def wait_for_work(self) -> None:
@@ -531,21 +532,10 @@ class Controller:
         return units_of(self.view, self.pools, self.index.in_flight_claims(self.obtaining), self.actuator.released)
 
     def _snapshot(self, now: float, units: Units) -> Any:
-        inflight = inflight_by_pool(self.index.holdings.values())
-        going = self.releasing | self.actuator.released
-        counts = {name: unit_count(self.view, pool, units.by_pool.get(name, {}), going, self.leaving)
-                  for name, pool in self.pools.items()}
-        # Nodes on their way out are no capacity: a plan onto a unit that scale-down is removing would be told
-        # Provisioned on nodes about to vanish (found by hack/chaos.py).
-        removing = {node for unit in going if (found := self.view.unit_nodes(unit)) is not None for node in found[1]}
-        # Nodes that a scale-up in progress made already are its request's, not free room, though no booking holds
-        # them until its obtain answers: one being retried, or recorded and about to be resumed after a restart or
-        # a handover (found by hack/chaos.py, seeds 2013 and 3147: another gang was planned onto such nodes).
         coming = {node for claim in self.index.in_flight_claims(self.obtaining)
                   for node in self.view.by_claim.get(claim, ())}
-        unusable = self.leaving | removing | coming | {node for nodes in units.broken.values() for node in nodes}
-        return snapshot(pool_states(self.pools, counts, inflight, self.backoffs, now), self.view,
-                        self.index.holdings.values(), unusable)
+        return planning_snapshot(self.pools, self.view, units, self.index.holdings.values(), self.backoffs, now,
+                                 going=self.releasing | self.actuator.released, leaving=self.leaving, coming=coming)
 
     def _scale_down(self, now: float) -> None:
         """Look again at the units a change touched; remove those unneeded for long enough (``scaledown``)."""
@@ -855,8 +845,26 @@ class Controller:
         self.metrics.set_backed_off(self.backoffs.active(self.clock.now()))
         self.metrics.set_pool_units(pool_unit_states(self.view, self.pools, self.states.values()))
 
-    def debug_plans(self) -> dict[str, Any]:
-        """What ``GET /debug/plans`` shows (:func:`report.debug_document`)."""
-        return debug_document(dry_run=self.settings.dry_run, passes=self.passes, last_pass=self.last_pass,
-                              plans=self.plans, scale_downs=self.scale_downs,
-                              backed_off=self.backoffs.active(self.clock.now()), states=self.states)
+    @overload
+    def debug_plans(self) -> dict[str, Any]: ...
+
+    @overload
+    def debug_plans(self, pr: str) -> dict[str, Any] | None: ...
+
+    def debug_plans(self, pr: str | None = None) -> dict[str, Any] | None:
+        """What ``GET /debug/plans`` shows (:func:`report.debug_document`); with ``pr`` (``namespace/name``), what
+        ``GET /debug/plans?pr=`` shows: that request's document (:func:`report.request_document`), None when the
+        controller knows no such request."""
+        now = self.clock.now()
+        backed_off = self.backoffs.active(now)
+        if pr is None:
+            return debug_document(dry_run=self.settings.dry_run, passes=self.passes, last_pass=self.last_pass,
+                                  plans=self.plans, scale_downs=self.scale_downs, backed_off=backed_off,
+                                  states=self.states)
+        st = self.states.get(pr)
+        if st is None:
+            return None
+        return {"dryRun": self.settings.dry_run, "passes": self.passes,
+                "lastPass": rfc3339(self.last_pass) if self.last_pass is not None else None,
+                **request_document(st, self.view, self.settings, now, self.plans.get(pr, {}).get("at")),
+                "backedOffPools": backed_off_json(backed_off)}

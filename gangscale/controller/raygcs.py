@@ -108,6 +108,13 @@ class RayGcs:
         try:
             obj = await self.http.request("GET", SECRETS.path(cluster.namespace, secret))
         except ApiError as exc:
+            if exc.status == 403:
+                # Expected when RBAC grants no `secrets: get` in this namespace (deploy/base grants none): one
+                # message that names the fix; the poller logs it once and serves the cluster from its spec.
+                raise GcsUnavailable(
+                    f"forbidden to read Secret {cluster.namespace}/{secret} (the auth token): grant gangscale "
+                    f"`get` on secrets in namespace {cluster.namespace} (deploy/overlays/ray-gcs, or the chart's "
+                    f"ray.gcs.namespaces)") from exc
             raise GcsUnavailable(f"cannot read the auth token from Secret {cluster.namespace}/{secret}: {exc}") \
                 from exc
         raw = (obj.get("data") or {}).get(TOKEN_KEY)

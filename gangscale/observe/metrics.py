@@ -38,6 +38,15 @@ Series (the names and labels are the public API):
     Duration of each planning pass. :meth:`Metrics.plan_pass`.
 ``gangscale_gangs_planned`` (gauge)
     Gangs considered in the last planning pass. :meth:`Metrics.plan_pass`.
+``gangscale_last_pass_timestamp_seconds`` (gauge)
+    Unix time at which the controller's last pass ended (every pass, planning or not: an idle controller still
+    passes at least once a minute, so a value that stops moving means a stuck loop). 0 until the first pass,
+    and on a standby replica, which runs no passes. :meth:`Metrics.pass_finished`.
+``gangscale_build_info{version, python_version}`` (gauge)
+    Always 1: the running gangscale version (``gangscale.__version__``) and Python version.
+``process_*``, ``python_info``, ``python_gc_*``
+    prometheus_client's process (CPU seconds, resident memory, open file descriptors, start time; Linux only),
+    platform and garbage-collector collectors, registered on this registry as they would be on the default one.
 ``gangscale_ray_gang_events_total{namespace, raycluster, reason, dry_run}`` (counter)
     Events about Ray gangs per RayCluster, by Event reason (``ScaleUp``, ``Provisioned``, ``CapacityNotFound``,
     ``ScaleUpFailed``, ``ScaleUpTimedOut``, ``GangWithdrawn``, ``GangPlaced``, ``GangUnplaceable``,
@@ -58,9 +67,22 @@ event loop's thread.
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+
+from gangscale import __version__
 
 __all__ = ["DECISION_LATENCY_BUCKETS", "PLAN_PASS_BUCKETS", "PROVIDER_CALL_BUCKETS", "Metrics"]
 
@@ -176,6 +198,18 @@ class Metrics:
             "gangscale_gangs_planned", "Gangs considered in the last planning pass.", registry=r
         )
 
+        self._last_pass = Gauge(
+            "gangscale_last_pass_timestamp_seconds", "Unix time at which the last controller pass ended.", registry=r
+        )
+        build = Gauge("gangscale_build_info", "Always 1: the gangscale and Python versions running.",
+                      ["version", "python_version"], registry=r)
+        build.labels(__version__, platform.python_version()).set(1)
+        # The collectors the default registry has, on this private one: without them a private registry would
+        # hide the process's memory and CPU, which dashboards and alerts expect next to the controller's series.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+
         self._ray_events = Counter(
             "gangscale_ray_gang_events_total",
             "Events about Ray gangs, per RayCluster and reason.",
@@ -252,6 +286,10 @@ class Metrics:
         """Record one planning pass: its duration and the number of gangs it considered."""
         self._plan_pass.observe(max(0.0, seconds))
         self._gangs_planned.set(gangs)
+
+    def pass_finished(self, at: float) -> None:
+        """Record that a controller pass ended at unix time ``at``."""
+        self._last_pass.set(at)
 
     def ray_event(self, namespace: str, raycluster: str, reason: str) -> None:
         """Count one Event about a Ray gang of ``namespace/raycluster``."""

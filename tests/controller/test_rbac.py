@@ -18,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gangscale import cli
 from gangscale.clock import ManualClock, Sleeps, counting_sleeps
@@ -30,7 +33,8 @@ from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault, LoggedRequest
 from tests.builders import PODTEMPLATES, PROVREQS, RAYCLUSTERS, WORKLOADS
 from tests.conftest import wait_for
-from tests.controller.harness import running_cluster
+from tests.controller.harness import FAST, running_cluster
+from tests.deploy import helm
 from tests.deploy import manifests as m
 from tests.raybuilders import group, raycluster
 
@@ -105,11 +109,49 @@ async def test_the_cluster_roles_grant_exactly_what_the_code_uses(tmp_path: Path
     cloud = _rules(requests, "gangscale-simulated-cloud")
     base = m.granted_rules(m.render(m.BASE))
     overlay = m.granted_rules(m.render(m.OVERLAY))
+    # The Ray auth Secret is the one call the base's ClusterRole leaves out: overlays/ray-gcs grants it with a
+    # Role in the RayCluster's namespace.
+    secret_reads = [r for r in requests if r.user_agent.split("/")[0] == "gangscale" and r.resource == "secrets"]
+    assert secret_reads and {m.request_rule(r)[:3] for r in secret_reads} == {("", "secrets", "get")}
+    token_roles = helm.roles_by_namespace([o for o in m.render(m.RAY_GCS_OVERLAY) if o["kind"] == "Role"
+                                           and o["metadata"]["name"] == "gangscale-ray-token-reader"])
+    assert all(m.allows(token_roles.get(r.namespace, set()), m.request_rule(r)) for r in secret_reads)
+    controller -= {("", "secrets", "get")}
     assert controller == base, (f"the code uses but the role lacks {sorted(controller - base)}; "
                                 f"the role grants but the code never uses {sorted(base - controller)}")
     assert cloud <= overlay
     assert overlay - base == cloud - base, (
         f"the overlay adds {sorted(overlay - base)}, the simulated cloud needs {sorted(cloud - base)}")
+
+
+@pytest.mark.parametrize(("ray", "dry_run"), [(True, True), (False, False)], ids=["dry-run", "ray-off"])
+async def test_dry_run_reads_only_and_ray_off_touches_no_ray_object(tmp_path: Path, ray: bool, dry_run: bool) -> None:
+    # What the chart's ClusterRole drops for these features (helm.expected_cluster_rules) the code never asks for.
+    async with running_cluster(tmp_path, settings=replace(FAST, dry_run=dry_run, ray=ray)) as cl:
+        await cl.template("slice", limits={"google.com/tpu": "4"}, selector=TPU)
+        await cl.provreq("kept", ("slice", 2))
+        await cl.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ray-token"},
+                                  "data": {"auth_token": "c2VjcmV0"}})
+        await cl.create(RAYCLUSTERS, raycluster("ray", [group("gpu", replicas=1, limits={"nvidia.com/gpu": "8"})],
+                                                authOptions={"mode": "token", "secretName": "ray-token"}))
+        await cl.idle()
+        for _ in range(3):
+            await cl.advance(11)
+        await cl.idle()
+        if not dry_run:
+            await cl.wait_condition("kept", "Provisioned", "True", "CapacityIsProvisioned")
+    controller = _rules(list(cl.server.requests), "gangscale")
+    allowed = helm.expected_cluster_rules(ray=ray, dry_run=dry_run, simulated_live=False)
+    secrets = {("", "secrets", "get")} if ray else set()
+    assert controller - secrets <= allowed, f"not granted: {sorted(controller - secrets - allowed)}"
+    # Every rule kept is used, but for two the main scenario above shows: a podtemplate GET (a template the watch
+    # has not delivered) and the deletion of a PR 7 days after it ended.
+    unexercised = {("", "podtemplates", "get"), ("autoscaling.x-k8s.io", "provisioningrequests", "delete")}
+    assert allowed - controller <= unexercised, sorted(allowed - controller)
+    if dry_run:
+        assert all(verb in helm.READ_VERBS for _, _, verb in controller)
+    else:
+        assert not any(group == "ray.io" or resource == "secrets" for group, resource, _ in controller)
 
 
 # --- leader election --------------------------------------------------------------------------------------

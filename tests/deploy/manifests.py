@@ -41,9 +41,12 @@ DEPLOY = REPO_ROOT / "deploy"
 BASE = DEPLOY / "base"
 OVERLAY = DEPLOY / "overlays" / "simulated-cloud"
 GKE_OVERLAY = DEPLOY / "overlays" / "gke"
+RAY_GCS_OVERLAY = DEPLOY / "overlays" / "ray-gcs"
 KUEUE_EXAMPLES = DEPLOY / "examples" / "kueue"
+OBSERVABILITY = DEPLOY / "observability"
+HELM = DEPLOY / "helm"  # Go templates, not YAML: tests/deploy/helm.py renders them
 KUSTOMIZATION = "kustomization.yaml"
-KUSTOMIZE_DIRS = (BASE, OVERLAY, GKE_OVERLAY, KUEUE_EXAMPLES)
+KUSTOMIZE_DIRS = (BASE, OVERLAY, GKE_OVERLAY, RAY_GCS_OVERLAY, KUEUE_EXAMPLES, OBSERVABILITY)
 
 # --- loading -------------------------------------------------------------------------------------------
 
@@ -55,7 +58,7 @@ def load_documents(path: Path) -> list[Any]:
 
 
 def yaml_files(root: Path = DEPLOY) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    return sorted(p for p in root.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file() and HELM not in p.parents)
 
 
 def kustomization_dirs(root: Path = DEPLOY) -> list[Path]:
@@ -497,9 +500,11 @@ def kubectl_kustomize(kubectl: str, directory: Path) -> list[JSON]:
 # --- upstream CRDs -------------------------------------------------------------------------------------
 
 
-def upstream_crds_dir() -> Path | None:
-    """The upstream CRD files, if this checkout has them (``$GANGSCALE_UPSTREAM_CRDS``, else ``../shared/crds``
-    next to the repository); they are reference material, not part of the repository."""
-    explicit = os.environ.get("GANGSCALE_UPSTREAM_CRDS")
-    candidate = Path(explicit) if explicit else REPO_ROOT.parent / "shared" / "crds"
-    return candidate if candidate.is_dir() else None
+#: Vendored upstream CRDs: the one gangscale needs (deploy/crds) and the Kueue and KubeRay ones the tests use.
+PROVREQ_CRD = REPO_ROOT / "deploy" / "crds" / "autoscaling.x-k8s.io_provisioningrequests.yaml"
+TEST_CRDS = REPO_ROOT / "tests" / "crds"
+
+
+def upstream_crds_dir() -> Path:
+    """The upstream Kueue and KubeRay CRDs (``tests/crds``; see its README for versions)."""
+    return TEST_CRDS

@@ -54,9 +54,11 @@ BASE_FLAGS: dict[str, str | None] = {
     "booking-ttl": "10m",
     "scale-down-unneeded-time": "10m",
     "leader-elect": None,
+    "no-ray-gcs": None,
 }
 
-#: Every API call the controller makes, in dry-run and in normal mode, except node writes.
+#: Every API call the controller makes, in dry-run and in normal mode, except node writes and the Ray auth
+#: Secret (overlays/ray-gcs grants that per namespace; the base runs --no-ray-gcs).
 CONTROLLER_RULES: set[m.Rule] = {
     ("autoscaling.x-k8s.io", "provisioningrequests", "list"),
     ("autoscaling.x-k8s.io", "provisioningrequests", "watch"),
@@ -75,7 +77,6 @@ CONTROLLER_RULES: set[m.Rule] = {
     ("ray.io", "rayclusters", "list"),
     ("ray.io", "rayclusters", "watch"),
     ("ray.io", "rayclusters", "patch"),
-    ("", "secrets", "get"),
 }
 
 #: The leader-election Role (namespaced): (group, resource, verb, name), "" for any name. create cannot be
@@ -182,7 +183,8 @@ def test_objects_are_unique_and_namespaced_where_they_should_be(base: list[JSON]
         ("Deployment", "gangscale"), ("Service", "gangscale-metrics"), ("PodDisruptionBudget", "gangscale")}
 
 
-@pytest.mark.parametrize("directory", [m.BASE, m.OVERLAY, m.GKE_OVERLAY], ids=lambda p: str(p.relative_to(m.DEPLOY)))
+@pytest.mark.parametrize("directory", [m.BASE, m.OVERLAY, m.GKE_OVERLAY, m.RAY_GCS_OVERLAY],
+                         ids=lambda p: str(p.relative_to(m.DEPLOY)))
 def test_built_in_objects_have_only_fields_of_their_api_types(directory: Path) -> None:
     # What `kubectl apply` (strict field validation) would refuse: a misspelt or misplaced field, which
     # kustomize renders without a word. The Kubernetes API types are kubernetes_asyncio's models.
@@ -272,26 +274,21 @@ async def test_kueue_examples_are_created_by_the_embedded_server(
 
 
 UPSTREAM = m.upstream_crds_dir()
-needs_upstream = pytest.mark.skipif(UPSTREAM is None, reason="upstream CRDs not found (set GANGSCALE_UPSTREAM_CRDS)")
 
 
-@needs_upstream
 @pytest.mark.parametrize("kind", [
     "ResourceFlavor", "ProvisioningRequestConfig", "AdmissionCheck", "ClusterQueue", "LocalQueue"])
 async def test_kueue_examples_pass_the_upstream_kueue_crd_schemas(
         apiserver: EmbeddedAPIServer, http: KubeHTTP, kueue: list[JSON], kind: str) -> None:
-    assert UPSTREAM is not None
     await install_upstream_kueue_crds(http, UPSTREAM)
     obj = m.one(kueue, kind)
     assert await create_strict(http, apiserver, obj) == 201, m.identity(obj)
 
 
-@needs_upstream
 async def test_upstream_kueue_crd_schemas_reject_what_v1beta2_does_not_have(
         apiserver: EmbeddedAPIServer, http: KubeHTTP) -> None:
     # So that the 201s above mean something. v1beta1's spec.admissionChecks became
     # spec.admissionChecksStrategy.admissionChecks[].name in v1beta2.
-    assert UPSTREAM is not None
     await install_upstream_kueue_crds(http, UPSTREAM)
     wrong = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "old-style"},
              "spec": {"admissionChecks": ["gangscale"]}}
@@ -575,7 +572,8 @@ def test_overlay_adds_exactly_the_simulated_node_writes(base: list[JSON], overla
     assert granted == CONTROLLER_RULES | SIMULATED_NODE_WRITES
 
 
-@pytest.mark.parametrize("directory", [m.BASE, m.OVERLAY, m.GKE_OVERLAY], ids=lambda p: str(p.relative_to(m.DEPLOY)))
+@pytest.mark.parametrize("directory", [m.BASE, m.OVERLAY, m.GKE_OVERLAY, m.RAY_GCS_OVERLAY],
+                         ids=lambda p: str(p.relative_to(m.DEPLOY)))
 def test_every_binding_binds_a_role_of_the_render_to_the_deployment_service_account(directory: Path) -> None:
     objects = m.render(directory)
     account = m.one(objects, "ServiceAccount")
@@ -729,7 +727,7 @@ def test_dockerfile_sources_are_in_the_build_context_and_nothing_else_is() -> No
     for path in (".venv/bin/python", ".git/HEAD", ".gangscale/kubeconfig", "tests/conftest.py",
                  ".pytest_cache/v/cache", ".mypy_cache/3.11/x.json", ".ruff_cache/x", "gangscale.egg-info/PKG-INFO",
                  "gangscale/__pycache__/cli.cpython-311.pyc", "gangscale/model/__pycache__/x.pyc", "deploy/README.md",
-                 "dist/gangscale.whl"):
+                 "dist/gangscale.whl", ".tools/helm"):
         assert m.dockerignore_excludes(ignore, path), path
 
 
