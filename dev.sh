@@ -17,20 +17,19 @@ pick_python() {
   return 1
 }
 
-# Install (or refresh) .venv when it is missing or pyproject.toml changed since the last install.
+# Install (or refresh) .venv when it is missing or pyproject.toml or constraints.txt changed since the last
+# install. Every package is pinned by constraints.txt (what CI tested); the project itself is installed editable.
 ensure_venv() {
   local extra="$1" stamp=".venv/.installed-$1"
-  local want; want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+  local want; want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)"
   if [ ! -x .venv/bin/python ]; then
     "$(pick_python)" -m venv .venv
   fi
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    if [ "$extra" = "dev" ]; then
-      .venv/bin/python -m pip install --quiet -e ".[dev]"
-    else
-      .venv/bin/python -m pip install --quiet -e .
-    fi
+    local target="."
+    [ "$extra" = "dev" ] && target=".[dev]"
+    .venv/bin/python -m pip install --quiet -c constraints.txt -e "$target"
     echo "$want" > "$stamp"
   fi
 }
@@ -57,7 +56,9 @@ case "$cmd" in
     echo "== ruff";          ruff check gangscale tests hack
     echo "== mypy";          mypy
     echo "== import-linter"; lint-imports
-    echo "== pytest";        pytest -q "$@"
+    echo "== helm";          python hack/get_helm.py   # the chart tests render with a real helm (.tools/helm)
+    # Every core: the suite is mostly waiting on sockets and subprocesses, so the workers overlap well.
+    echo "== pytest";        pytest -q -n "${PYTEST_WORKERS:-auto}" "$@"
     if [ $# -eq 0 ] && [ "${CHAOS_RUNS:-6}" -gt 0 ]; then
       # A short fault campaign on every change; its seeds follow the commit, so a failure re-runs with
       # `python hack/chaos.py --runs N --seed S` (the seed is printed).
