@@ -17,10 +17,19 @@ from gangscale.kube.client import load_configuration, make_http
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer
 
+#: Test files (relative to tests/) whose tests are long end-to-end runs: real processes killed and restarted,
+#: a real Ray head, whole demo scenarios. Marked ``slow`` so that ``pytest -m "not slow"`` is a quick loop;
+#: the full suite (CI, ``./dev.sh test``) runs them all.
+SLOW = ("crash/", "ray/", "sim/test_builtin_scenarios.py", "sim/test_ray_scenario.py", "cli/test_run_command.py",
+        "cli/test_run_gke.py", "cli/test_demo_command.py")
+TESTS = Path(__file__).parent
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Every coroutine test runs under the leak guard, set up first so that it is torn down last.
     for item in items:
+        if item.path.relative_to(TESTS).as_posix().startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+        # Every coroutine test runs under the leak guard, set up first so that it is torn down last.
         fn = getattr(item, "function", None)
         if fn is not None and inspect.iscoroutinefunction(fn):
             item.fixturenames.insert(0, "no_leaked_tasks")  # type: ignore[attr-defined]

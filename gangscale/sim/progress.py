@@ -16,20 +16,13 @@ created minus those deleted); :class:`Progress` decides when to write, on an inj
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol, TextIO
 
-from gangscale.aio import cancel_and_wait
-from gangscale.config import parse_pool_file
-from gangscale.model.nodepool import NodePool
-from gangscale.sim.driver import sim_cluster
-from gangscale.sim.gkedemo import gke_pool_specs
 from gangscale.sim.report import clock
-from gangscale.sim.runner import SIMULATED, RunResult, _run
+from gangscale.sim.runner import RunResult, run_scenario
 from gangscale.sim.scenario import Scenario
 from gangscale.sim.world import FINISHED, SCALE_DOWN, SCALE_UP, Entry, Timeline
 
@@ -154,24 +147,14 @@ async def watch(sim: LiveRun, progress: Progress, mode: str, workloads: Sequence
         progress.show(status_of(sim, tally, mode, start, wall_start, progress.wall()))
 
 
-def pools_for(scenario: Scenario, provider: str) -> tuple[NodePool, ...]:
-    """The pools as :func:`gangscale.sim.runner.run_scenario` resolves them for ``provider``."""
-    if provider == SIMULATED:
-        return scenario.pools()
-    return parse_pool_file({"nodePools": gke_pool_specs(scenario.node_pools)}).pools
-
-
 async def run_with_progress(scenario: Scenario, *, mode: str, speed: float | None, provider: str,
                             progress: Progress | None) -> RunResult:
     """:func:`~gangscale.sim.runner.run_scenario`, with ``progress`` shown while the run goes."""
+    if progress is None:
+        return await run_scenario(scenario, mode=mode, speed=speed, provider=provider)
     workloads = [f"{w.namespace}/{w.name}" for w in scenario.workloads]
-    with tempfile.TemporaryDirectory(prefix="gangscale-demo-") as tmp:
-        async with sim_cluster(Path(tmp), pools_for(scenario, provider)) as sim:
-            watcher = None if progress is None else asyncio.create_task(watch(sim, progress, mode, workloads))
-            try:
-                return await _run(sim, scenario, mode, speed, provider)
-            finally:
-                if watcher is not None:
-                    await cancel_and_wait((watcher,))
-                if progress is not None:
-                    progress.done()
+    try:
+        return await run_scenario(scenario, mode=mode, speed=speed, provider=provider,
+                                  watcher=lambda sim: watch(sim, progress, mode, workloads))
+    finally:
+        progress.done()

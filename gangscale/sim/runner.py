@@ -9,11 +9,14 @@ autoscaler in place of gangscale, so the two can be compared on equal terms.
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gangscale.aio import cancel_and_wait
 from gangscale.config import parse_pool_file
 from gangscale.controller.settings import Settings
 from gangscale.kube.errors import ApiError
@@ -70,16 +73,23 @@ def controller_settings(scenario: Scenario) -> Settings:
 
 
 async def run_scenario(scenario: Scenario, *, mode: str = GANGSCALE, speed: float | None = None,
-                       workdir: Path | None = None, provider: str = SIMULATED) -> RunResult:
+                       workdir: Path | None = None, provider: str = SIMULATED,
+                       watcher: Callable[[SimCluster], Coroutine[Any, Any, None]] | None = None) -> RunResult:
     """Run ``scenario``; ``provider`` ``gke`` runs gangscale's gke provider against the fake GKE control plane
-    (:mod:`gangscale.sim.gkedemo`) instead of the simulated provider."""
+    (:mod:`gangscale.sim.gkedemo`) instead of the simulated provider. ``watcher`` (the demo's progress line)
+    runs beside the scenario on the live cluster and is cancelled when the run ends."""
     if provider == GKE and mode == BASELINE:
         raise ValueError("the baseline autoscaler runs only on the simulated provider")
     pools = scenario.pools() if provider == SIMULATED else \
         parse_pool_file({"nodePools": gke_pool_specs(scenario.node_pools)}).pools
     with tempfile.TemporaryDirectory(prefix="gangscale-demo-") as tmp:
         async with sim_cluster(workdir or Path(tmp), pools) as sim:
-            return await _run(sim, scenario, mode, speed, provider)
+            watching = None if watcher is None else asyncio.create_task(watcher(sim), name="scenario watcher")
+            try:
+                return await _run(sim, scenario, mode, speed, provider)
+            finally:
+                if watching is not None:
+                    await cancel_and_wait((watching,))
 
 
 async def _run(sim: SimCluster, scenario: Scenario, mode: str, speed: float | None, provider_name: str) -> RunResult:
