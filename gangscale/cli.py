@@ -300,7 +300,7 @@ async def _run_apiserver(args: argparse.Namespace) -> int:
 async def _run_fake_gcp(args: argparse.Namespace) -> int:
     from gangscale.clock import SystemClock
     from gangscale.config import ConfigError, load_pool_file
-    from gangscale.kube.client import make_http
+    from gangscale.controller.preflight import StartupError, connect
     from gangscale.sim.gcp import FakeGcp
     from gangscale.sim.gcp.standalone import project_of, set_up
 
@@ -310,7 +310,11 @@ async def _run_fake_gcp(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"gangscale sim gcp: {exc}", file=sys.stderr)
         return 2
-    kube = await make_http(args.kubeconfig, user_agent="gangscale-fake-gcp")
+    try:
+        kube = await connect(args.kubeconfig, None, "gangscale-fake-gcp")
+    except StartupError as exc:
+        print(f"gangscale sim gcp: {exc}", file=sys.stderr)
+        return 1
     gcp = FakeGcp(SystemClock(), kube, project=project, port=args.port)
     gcp.faults.operation_seconds = args.operation_seconds
     gcp.faults.ready_seconds = args.ready_seconds

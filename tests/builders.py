@@ -78,3 +78,15 @@ def condition(ctype: str, status: str = "True", reason: str = "Reason", message:
               ltt: str = "2026-11-21T00:00:00Z", **extra: Any) -> JSON:
     return {"type": ctype, "status": status, "reason": reason, "message": message,
             "lastTransitionTime": ltt, **extra}
+
+
+def kubeconfig_yaml(server: str) -> str:
+    """A kubeconfig with one cluster at ``server`` and a bearer token, for tests that point gangscale elsewhere
+    than the embedded API server (a stand-in discovery server, a closed port)."""
+    return f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+current-context: c
+"""

@@ -123,6 +123,12 @@ async def test_stockout_says_which_pool_and_until_when(tmp_path: Path, capsys: p
         reasons = {r["pool"]: r for r in json.loads(out)["decision"]["reasons"]}
         assert reasons["gpu"]["code"] == "BackedOff" and reasons["gpu"]["hint"] == {"until": until}
 
+        # Offline: the controller's last word is on the PR, and the caveat says what offline cannot know.
+        code, out, _ = await offline(cl, capsys, tmp_path, "default/waiting")
+        assert code == 0 and out.splitlines()[0] == "default/waiting (atomic-scale-up.gangscale.io): Pending"
+        assert "Provisioned=False CapacityIsNotFound" in out and "GCE_STOCKOUT" in out
+        assert "pool backoffs and stockouts the controller learnt are not known offline" in out
+
 
 async def test_impossible_requests_online_and_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """More GPUs per pod than any machine has; more units than maxUnits allows; a taint the pods do not tolerate."""

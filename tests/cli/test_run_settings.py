@@ -17,6 +17,7 @@ import pytest
 
 from gangscale.controller.settings import Settings
 from gangscale.flags import FlagError, RunFlags, add_run_flags, parse_bool, resolve, unknown_variables
+from tests import builders as b
 
 HANG_GUARD = 120
 
@@ -173,13 +174,7 @@ def test_an_unreachable_api_server_is_retried_then_one_line(pools: Path, tmp_pat
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
-contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-current-context: c
-""")
+    kubeconfig.write_text(b.kubeconfig_yaml(f"http://127.0.0.1:{port}"))
     done = _gangscale("run", "--config", str(pools), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
                       "--api-unreachable-timeout", "1s", "--log-format", "text")
     _one_line(done, 1, f"cannot reach the Kubernetes API server at http://127.0.0.1:{port}", "gave up after 1s")
@@ -191,3 +186,13 @@ async def test_a_port_in_use_is_one_line(pools: Path, busy_port: int, kubeconfig
         _gangscale, "run", "--config", str(pools), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
                       "--metrics-host", "127.0.0.1", "--metrics-port", str(busy_port), "--for", "30s")
     _one_line(done, 1, f"cannot serve /metrics and the probes on 127.0.0.1:{busy_port}", "in use")
+
+
+def test_the_fake_cloud_with_a_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
+    pools = tmp_path / "pools.yaml"
+    pools.write_text("nodePools:\n  - name: l4\n    machineType: g2-standard-8\n    zone: us-central1-a\n"
+                     "    maxUnits: 2\n    gke: {project: p, location: us-central1, cluster: c, mode: resize-request,"
+                     " nodePool: l4}\n")
+    missing = tmp_path / "nonexistent"
+    done = _gangscale("sim", "gcp", "--config", str(pools), "--kubeconfig", str(missing), "--for", "1")
+    _one_line(done, 1, f"gangscale sim gcp: cannot read the kubeconfig {missing}")

@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from gangscale.controller.preflight import StartupError, connect, wait_for_api
+from tests import builders as b
 
 PATH = "/apis/autoscaling.x-k8s.io/v1"
 SERVED = {"kind": "APIResourceList", "groupVersion": "autoscaling.x-k8s.io/v1",
@@ -42,13 +43,7 @@ async def discovery(tmp_path: Path) -> AsyncIterator[Callable[[list[Answer]], Pa
     def serve(given: list[Answer]) -> Path:
         answers[:] = given
         path = tmp_path / "kubeconfig"
-        path.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
-contexts: [{{name: c, context: {{cluster: c, user: u}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-current-context: c
-""")
+        path.write_text(b.kubeconfig_yaml(f"http://127.0.0.1:{port}"))
         return path
 
     yield serve
