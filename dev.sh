@@ -57,14 +57,14 @@ case "$cmd" in
     echo "== mypy";          mypy
     echo "== import-linter"; lint-imports
     echo "== helm";          python hack/get_helm.py   # the chart tests render with a real helm (.tools/helm)
-    # Every core: the suite is mostly waiting on sockets and subprocesses, so the workers overlap well.
-    echo "== pytest";        pytest -q -n "${PYTEST_WORKERS:-auto}" "$@"
+    # Two workers per core: the suite mostly waits on sockets and subprocesses, so the workers overlap well.
+    echo "== pytest";        pytest -q -n "${PYTEST_WORKERS:-$(( $(nproc) * 2 ))}" "$@"
     if [ $# -eq 0 ] && [ "${CHAOS_RUNS:-6}" -gt 0 ]; then
       # A short fault campaign on every change; its seeds follow the commit, so a failure re-runs with
       # `python hack/chaos.py --runs N --seed S` (the seed is printed).
       seed=$(( 0x$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1) % 1000000 ))
-      echo "== chaos (seed $seed, ${CHAOS_RUNS:-6} runs)"
-      python hack/chaos.py --runs "${CHAOS_RUNS:-6}" --seed "$seed"
+      echo "== chaos (seed $seed, ${CHAOS_RUNS:-6} runs, ${CHAOS_JOBS:-3} at a time)"
+      python hack/chaos.py --runs "${CHAOS_RUNS:-6}" --seed "$seed" --jobs "${CHAOS_JOBS:-3}"
     fi
     ;;
   *)

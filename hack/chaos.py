@@ -37,6 +37,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=20, help="number of runs (default 20)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first run; run i uses seed+i (default 1)")
     parser.add_argument("--fault-seconds", type=float, default=15.0, help="length of the fault phase (default 15)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs played at the same time, each with its own processes and ports (default 1); the "
+                             "processes mostly wait, so 2 on a 2-core machine halves a short campaign")
     parser.add_argument("--settle-guard", type=float, default=90.0,
                         help="how long the end state may take to settle before the run fails (default 90)")
     parser.add_argument("--keep", type=Path, default=None, help="keep every run's logs under this directory")
@@ -58,10 +61,14 @@ def totals(outcomes: list[Outcome]) -> str:
 
 async def campaign(args: argparse.Namespace) -> int:
     outcomes: list[Outcome] = []
-    for seed in range(args.seed, args.seed + args.runs):
-        workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-")) if args.keep is None else args.keep / f"seed-{seed}"
-        workdir.mkdir(parents=True, exist_ok=True)
-        outcome = await run_once(seed, workdir, fault_seconds=args.fault_seconds, settle_guard=args.settle_guard)
+    slots = asyncio.Semaphore(max(1, args.jobs))
+
+    async def one(seed: int) -> None:
+        async with slots:
+            workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-")) if args.keep is None \
+                else args.keep / f"seed-{seed}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            outcome = await run_once(seed, workdir, fault_seconds=args.fault_seconds, settle_guard=args.settle_guard)
         outcomes.append(outcome)
         print(outcome.line(), flush=True)
         for violation in outcome.violations:
@@ -70,6 +77,9 @@ async def campaign(args: argparse.Namespace) -> int:
             print(f"    logs: {workdir}", flush=True)
         elif args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    await asyncio.gather(*(one(seed) for seed in range(args.seed, args.seed + args.runs)))
+    outcomes.sort(key=lambda o: o.seed)
     clean = sum(1 for o in outcomes if o.clean)
     print(totals(outcomes))
     print(f"chaos: {clean}/{len(outcomes)} runs clean")
