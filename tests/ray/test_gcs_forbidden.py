@@ -32,6 +32,11 @@ async def test_a_forbidden_auth_secret_is_reported_once_and_the_spec_is_served(
         # Several poll intervals (5 s each): the Secret is asked for again each time, the warning is not repeated.
         for _ in range(4):
             await cl.advance(6)
+            await cl.idle()  # the poller reads the GCS on its own task: let it run at each step of the clock
+
+        async def asked_again() -> bool:
+            return len([r for r in cl.server.requests if r.resource == "secrets" and r.verb == "get"]) >= 2
+        await wait_for(asked_again, timeout=10)
 
         async def gang_from_spec() -> bool:
             return any(c.operation == "obtain" and c.pool == "gpu" for p in cl.history for c in p.calls)
