@@ -226,7 +226,10 @@ class Controller:
         self._write_failures.pop(key, None)
         self._retry_write_at.pop(key, None)
         self.plans.pop(key, None)
-        if phase(st) is Phase.PROVISIONING and not st.busy and st.record is not None:
+        # Unless the scale-up itself is still running (its result releases what it obtained): a status write in
+        # flight does not own the units, so they are released here (found by a test under load: the PR deleted
+        # while the "obtained" write was on its way left its new nodes to scale-down).
+        if phase(st) is Phase.PROVISIONING and not st.obtaining and st.record is not None:
             self._start_release(Release(st, st.record.steps, tuple(self._nodes_of(st)), why))
         if phase(st) is Phase.BOOKED:
             self._freed = True

@@ -124,6 +124,12 @@ class RequestState:
     def busy(self) -> bool:
         return self.task is not None
 
+    @property
+    def obtaining(self) -> bool:
+        """A scale-up task (intent, provider calls) is in flight: its result, applied by the loop, owns the units
+        it obtains. A status write in flight owns nothing."""
+        return self.task == "scale-up"
+
     def true(self, ctype: str) -> bool:
         cond = self.conditions.get(ctype)
         return cond is not None and cond.true

@@ -23,6 +23,7 @@ from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
 from gangscale.providers.simfaults import CREATED, FAILED, RELEASE, RELEASED, REUSED, ProviderCall
+from gangscale.sim.apiserver import Fault
 from gangscale.timefmt import rfc3339
 from tests.builders import EVENTS, NODES, PODS, PROVREQS
 from tests.conftest import wait_for
@@ -397,6 +398,27 @@ async def test_a_request_deleted_while_the_controller_is_down_has_its_nodes_rele
             RELEASE, "tpu-a", intent.tokens[0], RELEASED, 2)
         await cl.advance(PROVISION_SECONDS)
         assert await cl.nodes() == [] and len(cl.obtains()) == 1
+
+
+async def test_a_request_deleted_while_its_obtained_write_is_on_its_way_has_its_units_released(
+        tmp_path: Path) -> None:
+    """The units are obtained and the write that records them is held by the API server when the PR is deleted:
+    the units, still coming up, are released at once rather than left to scale-down."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        held = cl.server.inject(Fault(verb="patch", resource="provisioningrequests", subresource="status",
+                                      body_contains=OBTAINED, hold=True))
+        await cl.provreq("dropped", ("slice", 2))
+        await wait_for(lambda: cl.server.faults.held)
+        [call] = cl.obtains()
+        assert held.acted == 1 and call.nodes_created == 2
+        await delete_pr(cl, "dropped")
+        await wait_for(lambda: f"{NS}/dropped" not in cl.ctl.states)  # the watch told the controller first
+        assert cl.server.release_held(serve=True) == 1  # then the write is answered 404: the object is gone
+        await count_nodes(cl, 0)
+        [release] = releases(cl)
+        assert (release.token, release.nodes_deleted) == (call.token, 2)
+        assert len(cl.obtains()) == 1
 
 
 # -- 5. stockout falls back to another pool -----------------------------------------------------------------------
