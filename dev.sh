@@ -57,8 +57,9 @@ case "$cmd" in
     echo "== mypy";          mypy
     echo "== import-linter"; lint-imports
     echo "== helm";          python hack/get_helm.py   # the chart tests render with a real helm (.tools/helm)
-    # Two workers per core: the suite mostly waits on sockets and subprocesses, so the workers overlap well.
-    echo "== pytest";        pytest -q -n "${PYTEST_WORKERS:-$(( $(nproc) * 2 ))}" "$@"
+    # Two workers per core: the suite mostly waits on sockets and subprocesses, so the workers overlap well;
+    # worksteal hands the long end-to-end files to idle workers instead of leaving one worker with them.
+    echo "== pytest";        pytest -q -n "${PYTEST_WORKERS:-$(( $(nproc) * 2 ))}" --dist worksteal "$@"
     if [ $# -eq 0 ] && [ "${CHAOS_RUNS:-6}" -gt 0 ]; then
       # A short fault campaign on every change; its seeds follow the commit, so a failure re-runs with
       # `python hack/chaos.py --runs N --seed S` (the seed is printed).
