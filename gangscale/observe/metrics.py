@@ -121,6 +121,18 @@ class _ReplacingGauge:
         self._present = set(current)
 
 
+def _declare_process_metrics(r: CollectorRegistry) -> None:
+    """Build info, and the collectors the default registry has, on this private one: without them a private
+    registry would hide the process's memory and CPU, which dashboards and alerts expect next to the controller's
+    series."""
+    build = Gauge("gangscale_build_info", "Always 1: the gangscale and Python versions running.",
+                  ["version", "python_version"], registry=r)
+    build.labels(__version__, platform.python_version()).set(1)
+    ProcessCollector(registry=r)
+    PlatformCollector(registry=r)
+    GCCollector(registry=r)
+
+
 class Metrics:
     """The controller's metrics; see the module docstring for the series."""
 
@@ -201,15 +213,10 @@ class Metrics:
         self._last_pass = Gauge(
             "gangscale_last_pass_timestamp_seconds", "Unix time at which the last controller pass ended.", registry=r
         )
-        build = Gauge("gangscale_build_info", "Always 1: the gangscale and Python versions running.",
-                      ["version", "python_version"], registry=r)
-        build.labels(__version__, platform.python_version()).set(1)
-        # The collectors the default registry has, on this private one: without them a private registry would
-        # hide the process's memory and CPU, which dashboards and alerts expect next to the controller's series.
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-        GCCollector(registry=r)
+        _declare_process_metrics(r)
+        self._declare_ray_metrics(r)
 
+    def _declare_ray_metrics(self, r: CollectorRegistry) -> None:
         self._ray_events = Counter(
             "gangscale_ray_gang_events_total",
             "Events about Ray gangs, per RayCluster and reason.",
