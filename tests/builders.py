@@ -54,13 +54,22 @@ def node(name: str, *, labels: dict[str, str] | None = None, ready: str | None =
     return obj
 
 
+def requirements(requests: dict[str, str] | None) -> JSON:
+    """Container resources a real cluster accepts for ``requests``: an extended resource (a name with a ``/``)
+    cannot be overcommitted, so the API server wants it in ``limits`` too (422 "Limit must be set for non
+    overcommitable resources" otherwise)."""
+    req = dict(requests or {})
+    extended = {k: v for k, v in req.items() if "/" in k}
+    return {"requests": req, "limits": extended} if extended else {"requests": req}
+
+
 def pod_template(name: str, *, requests: dict[str, str] | None = None,
                  limits: dict[str, str] | None = None) -> JSON:
     resources: JSON = {}
     if requests:
-        resources["requests"] = requests
+        resources = requirements(requests)
     if limits:
-        resources["limits"] = limits
+        resources["limits"] = {**resources.get("limits", {}), **limits}
     return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta(name),
             "template": {"spec": {"containers": [{"name": "w", "image": "trainer:v1", "resources": resources}]}}}
 

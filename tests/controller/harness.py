@@ -23,7 +23,7 @@ from gangscale.observe.metrics import Metrics
 from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver import EmbeddedAPIServer
 from gangscale.sim.quiet import until_quiet
-from tests.builders import NODES, PODS, PODTEMPLATES, PROVREQS
+from tests.builders import NODES, PODS, PODTEMPLATES, PROVREQS, requirements
 from tests.conftest import wait_for
 
 JSON = dict[str, Any]
@@ -235,7 +235,7 @@ class Cluster:
                 "autoscaling.x-k8s.io/consume-provisioning-request": pr,
                 "autoscaling.x-k8s.io/provisioning-class-name": "atomic-scale-up.gangscale.io"}},
             "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x",
-                                                        "resources": {"requests": requests}}]}})
+                                                        "resources": requirements(requests)}]}})
 
     def obtains(self) -> list[Any]:
         return [call for p in self.history for call in p.calls if call.operation == "obtain"]

@@ -664,8 +664,16 @@ async def _missing_template(cl: Cluster) -> None:
     await cl.provreq("bad", ("nowhere", 1))
 
 
-async def _malformed_quantity(cl: Cluster) -> None:
-    await cl.template("greedy", {"cpu": "lots"})
+async def _unplaceable_template(cl: Cluster) -> None:
+    # Valid for the API server (a malformed quantity never gets stored: decoding fails with 400), but more CPU
+    # than any pool's node has.
+    await cl.template("greedy", {"cpu": "100000"})
+    await cl.provreq("bad", ("greedy", 1))
+
+
+async def _out_of_range_quantity(cl: Cluster) -> None:
+    # The API server accepts 1e70 (any exponent parses); gangscale's exact arithmetic refuses it.
+    await cl.template("greedy", {"cpu": "1e70"})
     await cl.provreq("bad", ("greedy", 1))
 
 
@@ -690,11 +698,13 @@ def _failed_to_create_pods(prefix: str, *parts: str) -> Callable[[dict[str, tupl
     return check
 
 
-def _not_found(conditions: dict[str, tuple[str, str, str]]) -> None:
-    status, reason, message = conditions["Provisioned"]
-    assert (status, reason) == ("False", "CapacityIsNotFound")
-    assert message.startswith("cannot place every pod:") and "of 2147483647 pods" in message, message
-    assert "Failed" not in conditions
+def _not_found(fragment: str) -> Callable[[dict[str, tuple[str, str, str]]], None]:
+    def check(conditions: dict[str, tuple[str, str, str]]) -> None:
+        status, reason, message = conditions["Provisioned"]
+        assert (status, reason) == ("False", "CapacityIsNotFound")
+        assert message.startswith("cannot place every pod:") and fragment in message, message
+        assert "Failed" not in conditions
+    return check
 
 
 def _untouched(conditions: dict[str, tuple[str, str, str]]) -> None:
@@ -704,11 +714,13 @@ def _untouched(conditions: dict[str, tuple[str, str, str]]) -> None:
 @pytest.mark.parametrize(("make", "check"), [
     pytest.param(_missing_template, _failed_to_create_pods(
         "missing pod templates,", "1 templates were missing: nowhere"), id="missing-template"),
-    pytest.param(_malformed_quantity, _failed_to_create_pods(
+    pytest.param(_out_of_range_quantity, _failed_to_create_pods(
         "invalid pod template greedy (spec.podSets[0]):", "template.spec.containers[0].resources.requests.cpu",
-        "invalid quantity 'lots'"),
-        id="malformed-quantity"),
-    pytest.param(_huge_count, _not_found, id="huge-count"),
+        "invalid quantity '1e70'"),
+        id="out-of-range-quantity"),
+    pytest.param(_unplaceable_template, _not_found("one pod needs more than a whole node offers: cpu 100000 > 16"),
+                 id="unplaceable-template"),
+    pytest.param(_huge_count, _not_found("of 2147483647 pods"), id="huge-count"),
     pytest.param(_unknown_class, _untouched, id="unknown-class"),
 ])
 async def test_bad_input_gets_a_precise_condition_and_the_loop_serves_the_good_request(
@@ -726,10 +738,10 @@ async def test_bad_input_gets_a_precise_condition_and_the_loop_serves_the_good_r
         assert [c.pool for c in cl.obtains()] == ["cpu"] and created(cl) == 1
 
 
-async def test_a_malformed_quantity_names_the_field_once(tmp_path: Path) -> None:
+async def test_an_unusable_quantity_names_the_field_once(tmp_path: Path) -> None:
     """The Failed message names the template and the field once each (not 'template.spec: … template.spec')."""
     async with running_cluster(tmp_path) as cl:
-        await _malformed_quantity(cl)
+        await _out_of_range_quantity(cl)
         await cl.wait_condition("bad", "Failed", "True", "FailedToCreatePods")
         message = (await cl.conditions("bad"))["Failed"][2]
         assert message.count("template.spec") == 1, message

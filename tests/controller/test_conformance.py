@@ -28,7 +28,7 @@ from gangscale.kube.reflector import Reflector
 from gangscale.model.decision import Decision
 from gangscale.model.resources import ResourceList
 from gangscale.timefmt import parse_rfc3339, rfc3339
-from tests.builders import PODS, PROVREQS
+from tests.builders import PODS, PROVREQS, requirements
 from tests.conftest import wait_for
 from tests.controller.harness import NS, Cluster, running_cluster
 
@@ -116,7 +116,7 @@ async def pending_pod(cl: Cluster, name: str, annotations: dict[str, str], reque
     return await cl.create(PODS, {"apiVersion": "v1", "kind": "Pod",
                                   "metadata": {"name": name, "annotations": annotations},
                                   "spec": {"containers": [{"name": "main", "image": "x",
-                                                           "resources": {"requests": requests}}]}})
+                                                           "resources": requirements(requests)}]}})
 
 
 async def delete(cl: Cluster, resource: Any, name: str) -> None:

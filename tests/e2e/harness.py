@@ -140,8 +140,10 @@ def container(requests: dict[str, str] | None = None, limits: dict[str, str] | N
     resources: JSON = {}
     if requests:
         resources["requests"] = requests
-    if limits:
-        resources["limits"] = limits
+    # An extended resource cannot be overcommitted: a real API server wants it in limits too.
+    extended = {k: v for k, v in (requests or {}).items() if "/" in k}
+    if limits or extended:
+        resources["limits"] = {**extended, **(limits or {})}
     return {"name": "main", "image": "registry.example/train:latest", "resources": resources}
 
 
@@ -338,7 +340,8 @@ async def cluster(tmp_path: Path, *, settings: Settings = FAST, pools_yaml: str 
         for pool, units in (stock or {}).items():
             provider.set_stock(pool, units)
         http = await sim.client("kueue-manager")
-        sim.add(KueueCore(http, sim.timeline))
-        sim.add(ProvisioningCheck(http, sim.timeline))
+        reader = await sim.cache()  # as in the demo: the emulators read the shared informer cache
+        sim.add(KueueCore(http, sim.timeline, reader=reader))
+        sim.add(ProvisioningCheck(http, sim.timeline, reader=reader))
         await sim.start_controller(settings)
         yield E2E(sim)

@@ -64,7 +64,7 @@ def baseline(http: KubeHTTP, cloud: SimulatedProvider, clock: ManualClock) -> Pe
 async def add_pods(http: KubeHTTP, count: int, requests: dict[str, str], prefix: str = "w") -> None:
     for i in range(count):
         await http.request("POST", PODS.path(NS), body=b.pod(f"{prefix}{i}", containers=[
-            {"name": "main", "image": "trainer:v1", "resources": {"requests": requests}}]))
+            {"name": "main", "image": "trainer:v1", "resources": b.requirements(requests)}]))
 
 
 async def nodes(http: KubeHTTP, pool: str) -> list[JSON]:

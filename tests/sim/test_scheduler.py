@@ -41,7 +41,7 @@ async def add_pod(http: KubeHTTP, name: str, requests: dict[str, str] | None = N
                   labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
                   **spec: Any) -> JSON:
     pod = b.pod(name, labels=labels, containers=[{"name": "main", "image": "trainer:v1",
-                                                  "resources": {"requests": requests or {}}}])
+                                                  "resources": b.requirements(requests)}])
     pod["spec"].update(spec)
     if priority is not None:
         pod["spec"]["priority"] = priority
@@ -93,9 +93,9 @@ async def test_never_overcommits_counting_running_and_ignoring_finished_pods(
     await add_node(http, apiserver, "tpu-2", TPU_NODE)
     # Already running on tpu-1: 2 chips taken. Finished on tpu-2: frees its chips.
     await http.request("POST", PODS.path(NS), body=b.pod("running", node="tpu-1", containers=[
-        {"name": "m", "image": "x", "resources": {"requests": {"google.com/tpu": "2"}}}]))
+        {"name": "m", "image": "x", "resources": b.requirements({"google.com/tpu": "2"})}]))
     await http.request("POST", PODS.path(NS), body=b.pod("done", node="tpu-2", containers=[
-        {"name": "m", "image": "x", "resources": {"requests": {"google.com/tpu": "4"}}}]))
+        {"name": "m", "image": "x", "resources": b.requirements({"google.com/tpu": "4"})}]))
     await http.request("PATCH", PODS.path(NS, "done", "status"), body={"status": {"phase": "Succeeded"}},
                        content_type="application/merge-patch+json")
     for i in range(5):

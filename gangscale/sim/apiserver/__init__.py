@@ -23,11 +23,24 @@ What it reproduces of a real kube-apiserver (v1.36), module by module:
   deletecollection, ``dryRun=All``, ``fieldValidation``; the status subresource split; per-kind defaults.
 - ``validation`` / ``schemas``: structural-schema validation of custom resources (422 Invalid with field
   causes), CEL immutability rules ``self == oldSelf``; object metadata validation.
+- ``kindvalidation`` / ``podvalidation`` / ``resourcevalidation`` / ``quantity``: built-in kinds validated on
+  create and update (patch and apply included) as upstream's registries do: Pod and PodTemplate specs (also a
+  Job's template: containers, resources and extended-resource limits, hugepages, tolerations, affinity,
+  nodeSelector, restartPolicy ...), Jobs, Nodes (taints, capacity), Events (core and events.k8s.io), Leases;
+  a malformed quantity fails decoding with 400, as upstream.
 - ``selectors``: label selectors (=, ==, !=, in, notin, exists, !exists) and the field selectors each kind
   supports (400 for an unsupported field).
 - ``watching``: watch from a resourceVersion, synthetic ADDED on RV 0/unset, filtered-watch
   ADDED/DELETED transitions, BOOKMARK, timeoutSeconds, 410 Expired past the retained window.
-- ``tables``: server-side printing for ``kubectl get``.
+- ``tables`` / ``printers`` / ``jsonpath``: server-side printing for ``kubectl get`` (Table responses). The real
+  printers' columns, wide ones (``priority: 1``) included, for Pod (NAME READY STATUS RESTARTS AGE; IP NODE
+  NOMINATED NODE READINESS GATES), Node (NAME STATUS ROLES AGE VERSION; INTERNAL-IP EXTERNAL-IP OS-IMAGE
+  KERNEL-VERSION CONTAINER-RUNTIME), PodTemplate (NAME CONTAINERS IMAGES POD LABELS), Event, core and
+  events.k8s.io (LAST SEEN TYPE REASON OBJECT MESSAGE; SUBOBJECT SOURCE FIRST SEEN COUNT NAME), Namespace,
+  Lease, Secret, CRD; custom resources print their CRD's ``additionalPrinterColumns`` (the embedded schemas
+  declare the upstream CRDs' columns and priorities) with JSONPath filters such as
+  ``.status.conditions[?(@.type=="Admitted")].status``. ``includeObject`` ``Metadata``/``Object``/``None``
+  is honoured (``kubectl get --sort-by`` asks for ``Object``).
 - ``controllers``: garbage collection, namespace termination, node not-ready taint removal — the
   kube-controller-manager's jobs, run next to the server as in a real cluster.
 - ``faults``: injected status codes / latency / Retry-After, dropped watch streams, forced 410s, a
@@ -49,11 +62,18 @@ What it does NOT reproduce (known gaps):
 - Conversion webhooks: every multi-version custom resource converts as ``strategy: None`` (only
   ``apiVersion`` changes), which is exact for ProvisioningRequest v1/v1beta1 but not for Kueue
   v1beta1/v1beta2, whose field names differ upstream.
-- CEL validation rules other than ``self == oldSelf``; built-in kinds are not validated against their
-  full schemas (only metadata and the per-kind rules in ``strategies``), so unknown fields of built-in
-  kinds are kept, not rejected.
+- CEL validation rules other than ``self == oldSelf``; built-in kinds are not checked against their
+  schemas, so unknown fields of built-in kinds are kept, not rejected (and a wrongly typed field is not a
+  400). Built-in validation leaves out: volumes, ports, env, probes' contents, security contexts, DNS config,
+  topology spread constraints, resource claims, pod-level resources and OS rules in pod specs; Secrets,
+  Namespaces' finalizer names; a Job's immutable fields and pod failure / success policies; Node podCIDR
+  formats; Pod status. Defaults are applied on create only (the real server defaults on every decode), so
+  fields it always defaults are not reported missing on update.
 - Client-supplied ``managedFields`` on update are ignored (the server recomputes them).
-- Event and Lease validation beyond metadata.
+- Tables: batch/v1 Jobs print NAME AGE (upstream has STATUS COMPLETIONS DURATION ...); Pod STATUS ignores init
+  containers (``Init:x/y``); column descriptions are short summaries, not upstream's API docs; watch streams
+  carry plain objects even when ``as=Table`` is asked for (a real server sends Table rows); JSONPath outside
+  the subset printer columns use (``..``, slices, unions) finds nothing.
 """
 
 from gangscale.sim.apiserver.faults import Fault, LoggedRequest

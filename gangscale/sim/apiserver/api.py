@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from gangscale.sim.apiserver import errors as E
-from gangscale.sim.apiserver import fieldmanager, patching, strategies, validation
+from gangscale.sim.apiserver import fielderrors as fe
+from gangscale.sim.apiserver import fieldmanager, kindvalidation, patching, quantity, strategies, validation
 from gangscale.sim.apiserver.conversion import from_storage, to_storage
 from gangscale.sim.apiserver.deletion import DeletionVerbs
 from gangscale.sim.apiserver.errors import StatusError
@@ -93,8 +94,14 @@ class ObjectAPI(DeletionVerbs):
         name = meta.get("name", "")
         name_rule = "label" if rt.kind == "Namespace" else "subdomain"
         if rt.schema is None:
-            validation.validate_object_meta(obj, kind=rt.kind, group=rt.group, namespaced=rt.namespaced,
-                                            name_rule=name_rule, old=old)
+            # Metadata and kind-specific errors come back together, in one 422, as upstream's Validate.
+            if not rt.custom:
+                quantity.check_decodable(rt.kind, rt.version, obj)
+            errs = validation.object_meta_errors(obj, namespaced=rt.namespaced, name_rule=name_rule, old=old)
+            if not rt.custom:
+                errs += kindvalidation.builtin_errors(rt, obj, old)
+            if errs:
+                raise fe.to_invalid(rt.kind, rt.group, str(name or ""), errs)
         else:
             if ctx.field_validation in ("Strict", "Warn"):
                 unknown = validation.unknown_fields(obj, rt.schema)
@@ -196,6 +203,8 @@ class ObjectAPI(DeletionVerbs):
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         if not isinstance(obj.get("metadata", {}), dict):
             raise E.bad_request("metadata must be an object")
+        if not rt.custom:
+            quantity.check_decodable(rt.kind, rt.version, obj)
         return obj
 
     # --- update / patch ------------------------------------------------------------------------------

@@ -16,8 +16,7 @@ What is reproduced, and from where upstream:
   ``podFailurePolicy``), the pod spec defaults on ``spec.template.spec``; unless ``manualSelector`` is true,
   the generated selector ``batch.kubernetes.io/controller-uid: <uid>`` and the template labels
   ``batch.kubernetes.io/controller-uid``, ``batch.kubernetes.io/job-name``, ``controller-uid`` and
-  ``job-name``; ``status: {}`` on create; a template ``restartPolicy`` other than ``OnFailure`` or ``Never``
-  (including the defaulted ``Always``) is rejected with 422, as upstream.
+  ``job-name``; ``status: {}`` on create. Job validation (restartPolicy included) is ``kindvalidation``'s.
 - Secrets (``pkg/apis/core/v1/conversion.go``, ``defaults.go``): ``stringData`` folded into ``data``
   (base64) on create, ``type: Opaque`` by default.
 - Nodes (``TaintNodesByCondition`` admission): every new Node gets ``node.kubernetes.io/not-ready:NoSchedule``;
@@ -32,10 +31,11 @@ What is reproduced, and from where upstream:
 Not reproduced: Secret validation (base64 ``data`` values, key names, per-type required keys, immutability)
 and ``stringData`` on update; the ServiceAccount admission plugin (no ``serviceAccountName`` default, no token
 volume), LimitRanger and ResourceQuota, pod security admission, node restriction, PriorityClass lookup
-(``priorityClassName`` is kept but ``priority`` stays 0 unless set). Jobs: the rest of Job validation
-(selector/template label match, immutable ``selector``/``completionMode``, the template being immutable
-except for the scheduling directives of a suspended, never-started Job) and ``batch/v1``'s default
-``orphan`` propagation on delete (send ``propagationPolicy`` explicitly, as kubectl does).
+(``priorityClassName`` is kept but ``priority`` stays 0 unless set). Jobs: immutable
+``selector``/``completionMode``, the template being immutable except for the scheduling directives of a
+suspended, never-started Job, and ``batch/v1``'s default ``orphan`` propagation on delete (send
+``propagationPolicy`` explicitly, as kubectl does). Defaults are applied on create only (the real server
+defaults on every decode).
 """
 
 from __future__ import annotations
@@ -152,7 +152,6 @@ JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 LEGACY_JOB_NAME_LABEL = "job-name"
 LEGACY_CONTROLLER_UID_LABEL = "controller-uid"
-_JOB_RESTART_POLICIES = ("OnFailure", "Never")
 
 
 def _prepare_job(job: JSON) -> None:
@@ -174,12 +173,6 @@ def _prepare_job(job: JSON) -> None:
         labels.update({CONTROLLER_UID_LABEL: uid, JOB_NAME_LABEL: name,
                        LEGACY_CONTROLLER_UID_LABEL: uid, LEGACY_JOB_NAME_LABEL: name})
     job["status"] = {}
-    policy = template["spec"].get("restartPolicy")
-    if policy not in _JOB_RESTART_POLICIES:
-        raise invalid("Job", "batch", meta.get("name", ""), [Cause(
-            "FieldValueNotSupported",
-            f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"',
-            "spec.template.spec.restartPolicy")])
 
 
 def _establish_crd(crd: JSON) -> None:

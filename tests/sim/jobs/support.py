@@ -18,6 +18,7 @@ from gangscale.kube.resources import (
 )
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.jobs import JobEmulator
+from tests.builders import requirements
 
 JSON = dict[str, Any]
 NS = "default"
@@ -30,7 +31,7 @@ TS = "2026-11-18T00:00:00Z"
 def container(requests: dict[str, str] | None = None, name: str = "main") -> JSON:
     out: JSON = {"name": name, "image": "trainer:1.0"}
     if requests:
-        out["resources"] = {"requests": requests}
+        out["resources"] = requirements(requests)
     return out
 
 

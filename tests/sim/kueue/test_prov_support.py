@@ -63,8 +63,10 @@ def container(requests: dict[str, str] | None = None, limits: dict[str, str] | N
     resources: JSON = {}
     if requests:
         resources["requests"] = requests
-    if limits:
-        resources["limits"] = limits
+    # An extended resource cannot be overcommitted: a real API server wants it in limits too.
+    extended = {k: v for k, v in (requests or {}).items() if "/" in k}
+    if limits or extended:
+        resources["limits"] = {**extended, **(limits or {})}
     return {"name": name, "image": "busybox:1.36", "resources": resources}
 
 
