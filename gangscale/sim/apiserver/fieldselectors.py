@@ -8,7 +8,9 @@ field compares as ``""``. Errors are 400 BadRequest with the parser's message.
 
 Supported labels per kind come from ``pkg/apis/core/v1/conversion.go`` (Pod incl. the ``spec.host`` alias,
 Node, Event, Namespace, Secret, Service, ReplicationController) and reject with ``field label not
-supported: x``; other built-in kinds use ``DefaultMetaV1FieldSelectorConversion`` (``"x" is not a known
+supported: x``; events.k8s.io/v1 events take their own spellings (``regarding.name``, ``reportingController``
+...; ``pkg/apis/events/v1/conversion.go``), renamed to the core Event fields they select, and refuse the core
+ones (``involvedObject.name``); other built-in kinds use ``DefaultMetaV1FieldSelectorConversion`` (``"x" is not a known
 field selector: only "metadata.name", "metadata.namespace"``); custom resources use the CRD converter
 (``metadata.name``, ``metadata.namespace`` when namespaced, plus ``selectableFields``). Field sets mirror
 each registry's ``ToSelectableFields`` (Pod ``status.podIP`` is the first of ``status.podIPs``, Event
@@ -119,6 +121,16 @@ _EVENT_FIELDS = (
 _POD_STRINGS = ("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
                 "status.phase", "status.nominatedNodeName")
 _POD_FIELDS = (*_POD_STRINGS, "spec.hostNetwork", "status.podIP", "status.podIPs")
+# events.k8s.io/v1 label -> the core Event field it selects (the two share one storage).
+_EVENTS_API_LABELS = {
+    **{f"regarding.{f}": f"involvedObject.{f}"
+       for f in ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")},
+    "reportingController": "reportingComponent",
+    **{f: f for f in ("reason", "source", "type", *_META)},
+}
+# events.k8s.io/v1 object field -> core Event field, for reading the selectable fields of either shape.
+_EVENTS_API_RENAMES = {"regarding": "involvedObject", "reportingController": "reportingComponent",
+                       "deprecatedSource": "source"}
 # Built-in kinds with their own field-label conversion; "spec.host" is the legacy alias of spec.nodeName.
 _KIND_FIELDS: dict[str, frozenset[str]] = {
     "Pod": frozenset((*_META, *_POD_FIELDS, "spec.host")),
@@ -132,8 +144,10 @@ _KIND_FIELDS: dict[str, frozenset[str]] = {
 
 
 def supported_fields(kind: str, selectable_fields: Iterable[str] = (), *,
-                     namespaced: bool = True) -> frozenset[str]:
+                     namespaced: bool = True, group: str = "") -> frozenset[str]:
     """Field labels the server accepts; ``kind == ""`` means a custom resource."""
+    if kind == "Event" and group == "events.k8s.io":
+        return frozenset(_EVENTS_API_LABELS)
     if kind in _KIND_FIELDS:
         return _KIND_FIELDS[kind]
     if kind:
@@ -150,15 +164,23 @@ def unsupported_field_error(kind: str, label: str) -> StatusError:
     return bad_request(f"field label not supported: {label}")
 
 
+def _renamed(kind: str, group: str, label: str) -> str:
+    if kind == "Pod" and label == "spec.host":
+        return "spec.nodeName"
+    if kind == "Event" and group == "events.k8s.io":
+        return _EVENTS_API_LABELS[label]
+    return label
+
+
 def check_field_selector(selector: FieldSelector, kind: str, selectable_fields: Iterable[str] = (), *,
-                         namespaced: bool = True) -> FieldSelector:
-    """Reject unsupported labels like ``ConvertFieldLabel`` does and apply its renames (``spec.host``)."""
-    allowed = supported_fields(kind, selectable_fields, namespaced=namespaced)
+                         namespaced: bool = True, group: str = "") -> FieldSelector:
+    """Reject unsupported labels like ``ConvertFieldLabel`` does and apply its renames (``spec.host``,
+    events.k8s.io's ``regarding.*``)."""
+    allowed = supported_fields(kind, selectable_fields, namespaced=namespaced, group=group)
     for field in selector.fields():
         if field not in allowed:
             raise unsupported_field_error(kind, field)
-    return FieldSelector(tuple(FieldRequirement("spec.nodeName" if kind == "Pod" and r.field == "spec.host"
-                                                else r.field, r.operator, r.value)
+    return FieldSelector(tuple(FieldRequirement(_renamed(kind, group, r.field), r.operator, r.value)
                                for r in selector.requirements))
 
 
@@ -194,6 +216,8 @@ def _pod_fields(obj: JSON) -> dict[str, str]:
 
 
 def _event_fields(obj: JSON) -> dict[str, str]:
+    if str(obj.get("apiVersion", "")).startswith("events.k8s.io/"):
+        obj = {_EVENTS_API_RENAMES.get(k, k): v for k, v in obj.items()}
     out = {f: _text(_get(obj, f)) for f in _EVENT_FIELDS if f != "source"}
     out["source"] = _text(_get(obj, "source.component")) or out["reportingComponent"]
     return out

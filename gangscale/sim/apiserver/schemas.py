@@ -280,8 +280,15 @@ def jobset_schema() -> Schema:
 
 # --- the table ------------------------------------------------------------------------------------------
 
-def _cols(*specs: tuple[str, str, str]) -> tuple[Mapping[str, Any], ...]:
-    return tuple({"name": n, "type": t, "jsonPath": p} for n, t, p in specs)
+def _cols(*specs: tuple[Any, ...]) -> tuple[Mapping[str, Any], ...]:
+    """Printer columns from ``(name, type, jsonPath[, priority])``; descriptions are not carried."""
+    out = []
+    for name, kind, path, *priority in specs:
+        col: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
+        if priority:
+            col["priority"] = priority[0]
+        out.append(col)
+    return tuple(out)
 
 
 _AGE = ("Age", "date", ".metadata.creationTimestamp")
@@ -320,10 +327,13 @@ def _ray(kind: str, plural: str, schema: Schema,
     )
 
 
-_CQ_COLUMNS = (("Strategy", "string", ".spec.queueingStrategy"),
+# Kueue v0.19 and KubeRay 1.7 declare these (tests/crds/); tests/apiserver/test_tables.py compares them.
+_CQ_COLUMNS = (("Strategy", "string", ".spec.queueingStrategy", 1),
                ("Pending Workloads", "integer", ".status.pendingWorkloads"),
-               ("Admitted Workloads", "integer", ".status.admittedWorkloads"))
-_LQ_COLUMNS = _cols(("ClusterQueue", "string", ".spec.clusterQueue"), *_CQ_COLUMNS[1:])
+               ("Admitted Workloads", "integer", ".status.admittedWorkloads", 1))
+_LQ_COLUMNS = _cols(("ClusterQueue", "string", ".spec.clusterQueue"),
+                    ("Pending Workloads", "integer", ".status.pendingWorkloads"),
+                    ("Admitted Workloads", "integer", ".status.admittedWorkloads"))
 _WORKLOAD_COLUMNS = _cols(
     ("Queue", "string", ".spec.queueName"), ("Reserved in", "string", ".status.admission.clusterQueue"),
     ("Admitted", "string", ".status.conditions[?(@.type=='Admitted')].status"),
@@ -332,9 +342,9 @@ _RAY_CLUSTER_COLUMNS = _cols(
     ("desired workers", "integer", ".status.desiredWorkerReplicas"),
     ("available workers", "integer", ".status.availableWorkerReplicas"),
     ("cpus", "string", ".status.desiredCPU"), ("memory", "string", ".status.desiredMemory"),
-    ("gpus", "string", ".status.desiredGPU"), ("tpus", "string", ".status.desiredTPU"),
+    ("gpus", "string", ".status.desiredGPU"), ("tpus", "string", ".status.desiredTPU", 1),
     ("status", "string", ".status.state"), ("age", "date", ".metadata.creationTimestamp"),
-    ("head pod IP", "string", ".status.head.podIP"), ("head service IP", "string", ".status.head.serviceIP"))
+    ("head pod IP", "string", ".status.head.podIP", 1), ("head service IP", "string", ".status.head.serviceIP", 1))
 _RAY_JOB_COLUMNS = _cols(
     ("job status", "string", ".status.jobStatus"),
     ("deployment status", "string", ".status.jobDeploymentStatus"),

@@ -223,7 +223,7 @@ class EmbeddedAPIServer:
         label_sel = selectors.parse_label_selector(request.query.get("labelSelector", ""))
         field_sel = selectors.parse_field_selector(request.query.get("fieldSelector", ""))
         field_sel = selectors.check_field_selector(field_sel, rt.kind if not rt.custom else "",
-                                                   rt.selectable_fields, namespaced=rt.namespaced)
+                                                   rt.selectable_fields, namespaced=rt.namespaced, group=rt.group)
 
         def matches(obj: JSON) -> bool:
             labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -264,7 +264,7 @@ class EmbeddedAPIServer:
         if warnings:
             headers["Warning"] = ", ".join(f'299 - "{w}"' for w in warnings)
         if wants_table(request.headers.get("Accept", "")) and request.method == "GET":
-            body = to_table(rt, body, self.clock(), list(rt.printer_columns))
+            body = to_table(rt, body, self.clock(), list(rt.printer_columns), request.query.get("includeObject", ""))
         return _json(body, status, headers)
 
     async def _serve_resource(self, request: web.Request, t: Target, verb: str) -> web.Response:

@@ -1,135 +1,133 @@
 """Server-side printing: ``meta.k8s.io/v1`` Table responses, which ``kubectl get`` asks for.
 
-Columns follow the real printers for the kinds served (Pod, Node, Namespace, Event, Lease, CRD);
-other kinds, including custom resources, get ``Name`` and ``Age`` plus any
-``additionalPrinterColumns`` their CRD declares (simple dotted JSON paths only; filter expressions
-print as empty cells). ``includeObject`` is honoured only as its default, ``Metadata``: each row
-carries a ``PartialObjectMetadata``.
+Built-in kinds print with the real printers (:mod:`gangscale.sim.apiserver.printers`: Pod, Node, PodTemplate,
+Event, Namespace, Lease, Secret, CRD; events.k8s.io events print like core ones, from the same storage).
+Custom resources print as the apiextensions table convertor does: ``Name``, then each
+``additionalPrinterColumns`` entry (``priority``, ``format`` and ``description`` kept; a column without a
+description gets upstream's ``Custom resource definition column (in JSONPath format): <path>``), or
+``Age`` when the CRD declares none. A column's ``jsonPath`` is evaluated with the subset of JSONPath in
+:mod:`gangscale.sim.apiserver.jsonpath` (filters included) and the first value found is printed by type:
+``string`` as JSONPath prints it (maps and lists as compact JSON), ``integer``/``number``/``boolean`` as
+JSON values (a mismatched type prints as ``<none>``), ``date`` as an age (``<invalid>`` if unparsable).
+
+``includeObject`` is honoured: ``Metadata`` (the default) puts a ``PartialObjectMetadata`` in each row,
+``Object`` the full object in the requested version (``kubectl get --sort-by`` asks for it), ``None`` no
+object; another value is a 400. Other kinds built in here (batch/v1 Job) print ``Name`` and ``Age``, where
+a real server has their own printers.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
+from gangscale.sim.apiserver import jsonpath
+from gangscale.sim.apiserver.conversion import to_storage
+from gangscale.sim.apiserver.errors import bad_request
+from gangscale.sim.apiserver.goformat import go_float, go_json, go_quote
+from gangscale.sim.apiserver.printers import AGE, NAME, PRINTERS, Column, Printer, parse_time, since
 from gangscale.sim.apiserver.resources import ResourceType
 
 JSON = dict[str, Any]
+INCLUDE_OBJECT = ("Metadata", "Object", "None")
 
 
 def wants_table(accept: str) -> bool:
     return any("as=Table" in part for part in accept.split(","))
 
 
-def _age(ts: str | None, now: datetime) -> str:
-    if not ts:
-        return "<unknown>"
-    try:
-        then = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return "<invalid>"
-    secs = max(0, int((now - then).total_seconds()))
-    if secs < 120:
-        return f"{secs}s"
-    if secs < 3600 * 3:
-        return f"{secs // 60}m"
-    if secs < 86400 * 2:
-        return f"{secs // 3600}h"
-    return f"{secs // 86400}d"
+def _crd_column(col: Mapping[str, Any]) -> Column:
+    path = str(col.get("jsonPath", ""))
+    return Column(str(col.get("name", "")), str(col.get("type", "string")), int(col.get("priority") or 0),
+                  str(col.get("format") or ""),
+                  str(col.get("description") or f"Custom resource definition column (in JSONPath format): {path}"))
 
 
-def _col(name: str, fmt: str = "", type_: str = "string") -> JSON:
-    return {"name": name, "type": type_, "format": fmt, "description": name, "priority": 0}
+def _printed(value: Any) -> str | None:
+    """A value as JSONPath prints it: strings as they are, maps and lists as compact JSON."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return go_float(value)
+    if isinstance(value, dict | list):
+        return go_json(value)
+    return str(value)
 
 
-def _pod_cells(o: JSON) -> list[Any]:
-    spec, status = o.get("spec") or {}, o.get("status") or {}
-    total = len(spec.get("containers") or [])
-    ready = sum(1 for c in status.get("containerStatuses") or [] if c.get("ready"))
-    restarts = sum(int(c.get("restartCount", 0)) for c in status.get("containerStatuses") or [])
-    phase = "Terminating" if o["metadata"].get("deletionTimestamp") else status.get("phase", "Pending")
-    return [f"{ready}/{total}", phase, restarts]
+def _typed(kind: str, value: Any, now: datetime) -> Any:
+    """``cellForJSONValue``: the value when it has the column's type, else nothing."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "integer" and number:
+        return int(value)
+    if kind == "number" and number:
+        return float(value)
+    if kind == "boolean" and isinstance(value, bool):
+        return value
+    if kind == "date" and isinstance(value, str):
+        if value in ("", "null"):
+            return "<unknown>"
+        return since(value, now) if parse_time(value) is not None else "<invalid>"
+    return None
 
 
-def _node_cells(o: JSON) -> list[Any]:
-    conds = (o.get("status") or {}).get("conditions") or []
-    ready = next((c.get("status") for c in conds if c.get("type") == "Ready"), None)
-    state = "Ready" if ready == "True" else ("NotReady" if ready == "False" else "Unknown")
-    if (o.get("spec") or {}).get("unschedulable"):
-        state += ",SchedulingDisabled"
-    labels = o["metadata"].get("labels") or {}
-    roles = sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/"))
-    version = ((o.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")
-    return [state, ",".join(roles) or "<none>", version]
+def crd_cell(col: Mapping[str, Any], obj: JSON, now: datetime) -> Any:
+    found = jsonpath.find(obj, str(col.get("jsonPath", "")))
+    if not found:
+        return None
+    kind = col.get("type", "string")
+    return _printed(found[0]) if kind == "string" else _typed(str(kind), found[0], now)
 
 
-def _jsonpath(o: Any, path: str) -> Any:
-    cur = o
-    for part in path.strip().lstrip(".").split("."):
-        if "[" in part or not isinstance(cur, dict):
-            return None
-        cur = cur.get(part)
-    return cur
+def _crd_printer(crd_columns: list[JSON]) -> Printer:
+    if not crd_columns:  # the apiextensions server serves an Age column when a CRD declares none
+        crd_columns = [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp",
+                        "description": AGE.description}]
+    columns = (NAME, *(_crd_column(c) for c in crd_columns))
+    return Printer(columns, lambda o, now: [crd_cell(c, o, now) for c in crd_columns])
 
 
-AGE = "Age"
+def _printer(rt: ResourceType, crd_columns: list[JSON]) -> Printer:
+    if rt.custom:
+        return _crd_printer(crd_columns)
+    return PRINTERS.get(rt.kind) or Printer((NAME, AGE), lambda o, now: [since(
+        (o.get("metadata") or {}).get("creationTimestamp"), now)])
 
 
-def _columns(rt: ResourceType, crd_columns: list[JSON]) -> list[JSON]:
-    """The columns after Name; ``Age`` marks where the object's age goes."""
-    kind = "" if rt.custom else rt.kind
-    if kind == "Pod":
-        return [_col("Ready"), _col("Status"), _col("Restarts", type_="integer"), _col(AGE)]
-    if kind == "Node":
-        return [_col("Status"), _col("Roles"), _col(AGE), _col("Version")]
-    if kind == "Namespace":
-        return [_col("Status"), _col(AGE)]
-    if kind == "Lease":
-        return [_col("Holder"), _col(AGE)]
-    if kind == "CustomResourceDefinition":
-        return [_col("Created At", "date")]
-    if crd_columns:
-        # A CRD that declares printer columns gets exactly those, as the real server prints them.
-        return [_col(c.get("name", ""), c.get("format", ""), c.get("type", "string")) for c in crd_columns]
-    return [_col(AGE)]
+def _row_object(obj: JSON, include: str) -> JSON | None:
+    if include == "Object":
+        return obj
+    if include == "None":
+        return None
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata") or {}}
 
 
-def _cells(rt: ResourceType, o: JSON, crd_columns: list[JSON], now: datetime) -> list[Any]:
-    kind = "" if rt.custom else rt.kind
-    age = _age((o.get("metadata") or {}).get("creationTimestamp"), now)
-    if kind == "Pod":
-        return [*_pod_cells(o), age]
-    if kind == "Node":
-        state, roles, version = _node_cells(o)
-        return [state, roles, age, version]
-    if kind == "Namespace":
-        return [(o.get("status") or {}).get("phase", ""), age]
-    if kind == "Lease":
-        return [(o.get("spec") or {}).get("holderIdentity", ""), age]
-    if kind == "CustomResourceDefinition":
-        return [o["metadata"].get("creationTimestamp", "")]
-    if crd_columns:
-        cells = []
-        for c in crd_columns:
-            value = _jsonpath(o, c.get("jsonPath", ""))
-            # Date columns print as an age, as the real CRD table convertor does.
-            cells.append(_age(value, now) if c.get("type") == "date" and value else value)
-        return cells
-    return [age]
+def check_include_object(include: str) -> str:
+    """The ``includeObject`` value to use; an unknown one is the real 400."""
+    if include and include not in INCLUDE_OBJECT:
+        raise bad_request(f"unrecognized includeObject value: {go_quote(include)}")
+    return include or "Metadata"
 
 
-def to_table(rt: ResourceType, body: JSON, now: datetime, crd_columns: list[JSON] | None = None) -> JSON:
-    cols = crd_columns or []
+def to_table(rt: ResourceType, body: JSON, now: datetime, crd_columns: list[JSON] | None = None,
+             include_object: str = "") -> JSON:
+    include = check_include_object(include_object)
+    printer = _printer(rt, crd_columns or [])
     items = body.get("items") if body.get("kind", "").endswith("List") and "items" in body else [body]
-    defs = [_col("Name", "name"), *_columns(rt, cols)]
     rows = []
     for o in items or []:
-        meta = o.get("metadata") or {}
-        cells = [meta.get("name", ""), *_cells(rt, o, cols, now)]
-        rows.append({"cells": cells, "object": {"kind": "PartialObjectMetadata",
-                                                  "apiVersion": "meta.k8s.io/v1", "metadata": meta}})
+        shown = to_storage(rt, o) if rt.kind == "Event" and not rt.custom else o
+        shown.setdefault("metadata", {})
+        cells = printer.cells(shown, now)
+        if not printer.name_last:
+            cells = [shown["metadata"].get("name", ""), *cells]
+        rows.append({"cells": cells, "object": _row_object(o, include)})
     source_meta = body.get("metadata") or {}
     keep = ("resourceVersion", "continue", "remainingItemCount")
     meta_out = {k: v for k, v in source_meta.items() if k in keep}
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta_out,
-            "columnDefinitions": defs, "rows": rows}
+            "columnDefinitions": [c.definition() for c in printer.columns], "rows": rows}
