@@ -50,6 +50,7 @@ from gangscale.sim.baselineplan import (
     track_empty,
 )
 from gangscale.sim.filters import NodeInfo, PodInfo, node_info, pod_info
+from gangscale.sim.informers import HttpReader, Reader
 from gangscale.sim.scheduler import condition, is_assigned, is_pending, queue_key
 from gangscale.sim.world import Timeline
 from gangscale.timefmt import parse_rfc3339
@@ -88,10 +89,12 @@ class PerPodAutoscaler:
 
     def __init__(self, http: KubeHTTP, provider: NodePoolProvider, pools: Sequence[NodePool], timeline: Timeline,
                  *, scan_interval: float = 10.0, unneeded_time: float = 600.0, max_provision_time: float = 900.0,
-                 extended_resource_toleration: bool = True) -> None:
+                 extended_resource_toleration: bool = True, reader: Reader | None = None) -> None:
         if scan_interval <= 0:
             raise ValueError("scan_interval must be positive")
         self.http = http
+        #: Where the reads come from: the driver's informer cache, else a LIST per read.
+        self.reader = reader or HttpReader(http)
         self.provider = provider
         self.pools = tuple(pools)
         self._by_name = {pool.name: pool for pool in self.pools}
@@ -205,14 +208,11 @@ class PerPodAutoscaler:
 
     # --- reading --------------------------------------------------------------------------------------------
 
-    async def _items(self, path: str) -> list[JSON]:
-        return [item for item in (await self.http.request("GET", path)).get("items") or [] if isinstance(item, dict)]
-
     async def _observe(self, now: float) -> Observed:
-        nodes = await self._items(NODES.path())
+        nodes = await self.reader.items(NODES)
         pending: list[PodInfo] = []
         on_node: dict[str, list[PodInfo]] = {}
-        for pod in await self._items(PODS.path()):
+        for pod in await self.reader.items(PODS):
             assigned, waiting = is_assigned(pod), is_unschedulable(pod)
             if not (assigned or waiting):
                 continue

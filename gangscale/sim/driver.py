@@ -6,16 +6,21 @@ baseline per-pod autoscaler, or none) and the emulators (:mod:`gangscale.sim.wor
 talks to the API server over real HTTP with the production client.
 
 How time moves (:meth:`SimCluster.run_until`): at each instant the driver *settles* — it calls every
-component in turn, waits until the controller and the cloud are quiet (no API request being served, the
-request log and the store's revision unchanged for a few polls), and repeats until a whole round changed
-nothing. Only then does it move the clock to the next thing due: a scheduled scenario action, a component's
-``next_wake()``, or a timer of the controller or the cloud (``ManualClock.next_deadline``). So a reaction
-always happens at the simulated instant it was due, however long it takes in real time; ``speed`` optionally
-paces simulated time against the wall clock for watching a run live.
+component in turn, each once the cluster is quiet (no API request being served, the controller and the cloud
+quiet, the request log and the store's revision unchanged for a few polls), waits for quiet again after the
+last one, and repeats until a whole round changed nothing. Only then does it move the clock to the next thing
+due: a scheduled scenario action, a component's ``next_wake()``, or a timer of the controller or the cloud
+(``ManualClock.next_deadline``). So a reaction always happens at the simulated instant it was due, however long
+it takes in real time; ``speed`` optionally paces simulated time against the wall clock for watching a run live.
 
 Quietness is each part's own signal (:mod:`gangscale.sim.quiet`): the API server serves nothing and has sent
 every watch event, the controller is ``quiet`` (no change, result, due time or running task; a task waiting
-only for the clock to move counts as quiet), the simulated cloud marks no node Ready. No real time is waited.
+only for the clock to move counts as quiet), the simulated cloud marks no node Ready, and the emulators' shared
+informer cache (:meth:`SimCluster.cache`, :mod:`gangscale.sim.informers`) has seen every change the store
+committed, so that the next round starts from current caches. No real time is waited.
+
+The emulators read through that cache, not with LISTs: one reflector per kind, watched once, instead of a LIST
+of every kind by every component on every round.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from gangscale.sim.apiserver import EmbeddedAPIServer
 from gangscale.sim.gcp import FakeGcp
 from gangscale.sim.gcp.standalone import project_of, set_up
 from gangscale.sim.gkedemo import Capacity, configure
+from gangscale.sim.informers import Informers
 from gangscale.sim.quiet import until_quiet
 from gangscale.sim.world import Component, Timeline
 
@@ -82,6 +88,8 @@ class SimCluster:
     gcp: FakeGcp | None = None
     capacity: Capacity | None = None
     controller: Controller | None = None
+    #: The emulators' shared informer cache (:meth:`cache`), once one asked for it.
+    informers: Informers | None = None
     components: list[Component] = field(default_factory=list)
     _clients: list[KubeHTTP] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -136,6 +144,15 @@ class SimCluster:
             await asyncio.sleep(POLL_SECONDS)
         return self.controller
 
+    async def cache(self) -> Informers:
+        """The emulators' shared informer cache (:mod:`gangscale.sim.informers`), started on first use; settling
+        waits for it to have seen every change (:meth:`settle`)."""
+        if self.informers is None:
+            informers = Informers(await self.client("sim-informers"), self.server.store)
+            self.informers = informers
+            await informers.start()
+        return self.informers
+
     def add(self, component: Component) -> None:
         self.components.append(component)
 
@@ -183,6 +200,9 @@ class SimCluster:
             changed = await self._run_due_actions()
             mark = self._mark()
             for component in self.components:
+                # Each component starts from a quiet cluster: the controller's and the cloud's reactions to the
+                # last write are done (a component never sees one half-way), and the cache holds them.
+                await self._quiet()
                 try:
                     changed = await component.sync(self.now) or changed
                 except Exception:
@@ -220,6 +240,9 @@ class SimCluster:
         if self.gcp is not None:
             gcp = self.gcp
             parts.append(("fake GCP", lambda: gcp.quiet))
+        if self.informers is not None:
+            # A round must start from caches that hold every write of the last one.
+            parts.append(("emulators' cache", self.informers.current))
         await until_quiet(self.server, parts)
 
     def _raise_if_stopped(self) -> None:
@@ -233,6 +256,8 @@ class SimCluster:
     async def aclose(self) -> None:
         await cancel_and_wait(self._tasks)
         self._tasks.clear()
+        if self.informers is not None:
+            await self.informers.aclose()
         if self.provider is not None:
             await self.provider.aclose()
         if self.gcp is not None:

@@ -18,6 +18,7 @@ from gangscale.kube.resources import EVENTS, NODES, PROVREQS, WORKLOADS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
+from gangscale.sim.informers import HttpReader, Reader
 from gangscale.sim.world import (
     ACCELERATOR_RESOURCES,
     NODES_READY,
@@ -60,6 +61,14 @@ def accelerators_of(resources: JSON) -> int:
     return total
 
 
+def _about_a_request(event: JSON) -> bool:
+    return (event.get("involvedObject") or {}).get("kind") == "ProvisioningRequest"
+
+
+def _in_a_pool(node: JSON) -> bool:
+    return POOL_LABEL in ((node.get("metadata") or {}).get("labels") or {})
+
+
 def _ready(node: JSON) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (node.get("status") or {}).get("conditions") or [])
@@ -70,8 +79,10 @@ class Observer:
 
     name = "observer"
 
-    def __init__(self, http: KubeHTTP, timeline: Timeline) -> None:
+    def __init__(self, http: KubeHTTP, timeline: Timeline, *, reader: Reader | None = None) -> None:
         self.http = http
+        #: Where the reads come from: the driver's informer cache, else a LIST per read.
+        self.reader = reader or HttpReader(http)
         self.timeline = timeline
         self.nodes: dict[str, NodeLife] = {}
         self._pr_state: dict[str, tuple[str, str]] = {}
@@ -91,8 +102,7 @@ class Observer:
     async def _events(self, now: float) -> None:
         """The autoscaler's warnings on ProvisioningRequests that no condition shows for long: a scale-up that
         failed and was rolled back (and re-planned at once), one that timed out, a booking revoked."""
-        query = {"fieldSelector": "involvedObject.kind=ProvisioningRequest"}
-        for event in (await self.http.request("GET", EVENTS.path(), query=query))["items"]:
+        for event in await self.reader.items(EVENTS, _about_a_request):
             name = event["metadata"]["name"]
             if name in self._events_seen or event.get("reason") not in WARNINGS_SHOWN:
                 continue
@@ -104,7 +114,7 @@ class Observer:
                               reason=event["reason"])
 
     async def _nodes(self, now: float) -> None:
-        items = (await self.http.request("GET", NODES.path(), query={"labelSelector": POOL_LABEL}))["items"]
+        items = await self.reader.items(NODES, _in_a_pool)
         seen: set[str] = set()
         created: dict[str, list[str]] = defaultdict(list)
         ready: dict[str, list[str]] = defaultdict(list)
@@ -135,11 +145,11 @@ class Observer:
                                   f"({_count(len(names), 'node')}) {verb}", nodes=sorted(names))
 
     async def _requests(self, now: float) -> None:
-        prs = (await self.http.request("GET", PROVREQS.path()))["items"]
+        prs = await self.reader.items(PROVREQS)
         if not prs:
             return
         subjects = {}
-        for wl in (await self.http.request("GET", WORKLOADS.path()))["items"]:
+        for wl in await self.reader.items(WORKLOADS):
             meta = wl["metadata"]
             subjects[(meta.get("namespace"), meta["name"])] = workload_subject(wl)
         for pr in prs:

@@ -34,6 +34,7 @@ from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import PODS, RAYCLUSTERS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim import rayplan
+from gangscale.sim.informers import HttpReader, Reader
 from gangscale.sim.jobs.controllers import is_deleting
 from gangscale.sim.jobs.kinds import is_suspended, key, meta, uid
 from gangscale.sim.jobs.raycontrollers import RAY_CLUSTER, autoscaling_enabled
@@ -63,13 +64,19 @@ class _Cluster:
     finished: bool = False
 
 
+def _of_a_ray_cluster(pod: JSON) -> bool:
+    return RAY_CLUSTER in (meta(pod).get("labels") or {})
+
+
 class RayAutoscaler:
     name = "ray-autoscaler"
 
     def __init__(self, http: KubeHTTP, timeline: Timeline, scripts: Scripts | None = None, *,
                  interval: float = rayplan.AUTOSCALER_UPDATE_INTERVAL_S,
-                 max_launches: int = rayplan.MAX_CONCURRENT_LAUNCHES) -> None:
+                 max_launches: int = rayplan.MAX_CONCURRENT_LAUNCHES, reader: Reader | None = None) -> None:
         self.http = http
+        #: Where the reads come from: the driver's informer cache, else a LIST per read.
+        self.reader = reader or HttpReader(http)
         self.timeline = timeline
         self.scripts: dict[tuple[str, str], tuple[Demand, ...]] = {k: tuple(v) for k, v in (scripts or {}).items()}
         self.interval = interval
@@ -82,8 +89,8 @@ class RayAutoscaler:
 
     async def sync(self, now: float) -> bool:
         try:
-            clusters = (await self.http.request("GET", RAYCLUSTERS.path()))["items"]
-            pods = (await self.http.request("GET", PODS.path(), query={"labelSelector": RAY_CLUSTER}))["items"]
+            clusters = await self.reader.items(RAYCLUSTERS)
+            pods = await self.reader.items(PODS, _of_a_ray_cluster)
         except ApiError as exc:
             if exc.not_found:  # RayClusters not served here
                 return False

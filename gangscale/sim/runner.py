@@ -100,17 +100,20 @@ async def _run(sim: SimCluster, scenario: Scenario, mode: str, speed: float | No
     for change in scenario.cloud:
         sim.schedule(start + change.at, f"cloud change in {change.pool}", _cloud_action(sim, change))
     http = await sim.client("kueue-manager")
-    sim.add(KueueCore(http, sim.timeline))
+    reader = await sim.cache()  # every emulator reads the shared informer cache
+    sim.add(KueueCore(http, sim.timeline, reader=reader))
     if mode == GANGSCALE:
-        sim.add(ProvisioningCheck(http, sim.timeline))
-    sim.add(JobEmulator(await sim.client("job-controllers"), sim.timeline))
+        sim.add(ProvisioningCheck(http, sim.timeline, reader=reader))
+    sim.add(JobEmulator(await sim.client("job-controllers"), sim.timeline, reader=reader))
     if any(w.autoscales for w in scenario.workloads):
         # Right after the job controllers, so a placement group is seen placed in the round its pods start.
-        sim.add(RayAutoscaler(await sim.client("ray-autoscaler"), sim.timeline, ray_scripts(scenario, start)))
-    sim.add(Scheduler(await sim.client("default-scheduler"), sim.timeline))
+        sim.add(RayAutoscaler(await sim.client("ray-autoscaler"), sim.timeline, ray_scripts(scenario, start),
+                              reader=reader))
+    sim.add(Scheduler(await sim.client("default-scheduler"), sim.timeline, reader=reader))
     if mode == BASELINE:
-        sim.add(PerPodAutoscaler(await sim.client("baseline-autoscaler"), provider, sim.pools, sim.timeline))
-    observer = Observer(sim.http, sim.timeline)
+        sim.add(PerPodAutoscaler(await sim.client("baseline-autoscaler"), provider, sim.pools, sim.timeline,
+                                 reader=reader))
+    observer = Observer(sim.http, sim.timeline, reader=reader)
     sim.add(observer)
     if mode == GANGSCALE:
         await sim.start_controller(controller_settings(scenario))

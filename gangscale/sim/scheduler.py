@@ -49,6 +49,7 @@ from gangscale.sim.filters import (
     preference,
     unschedulable_message,
 )
+from gangscale.sim.informers import HttpReader, Reader
 from gangscale.sim.world import Timeline
 from gangscale.timefmt import rfc3339
 
@@ -154,8 +155,11 @@ class Scheduler:
 
     name = "scheduler"
 
-    def __init__(self, http: KubeHTTP, timeline: Timeline, *, extended_resource_toleration: bool = True) -> None:
+    def __init__(self, http: KubeHTTP, timeline: Timeline, *, extended_resource_toleration: bool = True,
+                 reader: Reader | None = None) -> None:
         self.http = http
+        #: Where the reads come from: the driver's informer cache, else a LIST per read.
+        self.reader = reader or HttpReader(http)
         self.timeline = timeline
         self.extended_resource_toleration = extended_resource_toleration
 
@@ -256,12 +260,11 @@ class Scheduler:
 
     async def _items(self, resource: Resource, *, optional: bool = False) -> list[JSON]:
         try:
-            page = await self.http.request("GET", resource.path())
+            return await self.reader.items(resource)
         except ApiError as exc:
             if optional and exc.not_found:  # the CRD is not installed
                 return []
             raise
-        return [item for item in page.get("items") or [] if isinstance(item, dict)]
 
     async def _namespace_labels(self, cluster: ClusterView, queue: Sequence[PodInfo]) -> dict[str, dict[str, str]]:
         """Namespace labels, read only when some anti-affinity term has a ``namespaceSelector``."""

@@ -17,6 +17,7 @@ from typing import Any
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import PODS, WORKLOADS
 from gangscale.kube.transport import KubeHTTP, Resource
+from gangscale.sim.informers import HttpReader, Reader
 from gangscale.sim.jobs import controllers as ctl
 from gangscale.sim.jobs import framework as fw
 from gangscale.sim.jobs import kubelet as kl
@@ -60,8 +61,10 @@ class JobEmulator:
 
     name = "jobs"
 
-    def __init__(self, http: KubeHTTP, timeline: Timeline, *, seed: int = 0) -> None:
+    def __init__(self, http: KubeHTTP, timeline: Timeline, *, seed: int = 0, reader: Reader | None = None) -> None:
         self.http = http
+        #: Where the reads come from: the driver's informer cache, else a LIST per read.
+        self.reader = reader or HttpReader(http)
         self.timeline = timeline
         self.rng = random.Random(seed)
         self._runs: dict[str, kl.Run] = {}
@@ -74,11 +77,11 @@ class JobEmulator:
     async def sync(self, now: float) -> bool:
         wrote = False
         try:
-            snap = await load(self.http)
+            snap = await load(self.reader)
             for step in (self._framework, self._controllers, self._kubelet, self._run_clock, self._statuses):
                 if await step(snap, now):
                     wrote = True
-                    snap = await load(self.http)
+                    snap = await load(self.reader)
         except ApiError as exc:  # the API server is down or failing: try again next round
             log.warning("jobs: cannot read the cluster: %s", exc)
         return wrote

@@ -9,7 +9,8 @@ from typing import Any
 
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import NODES, PODS, RESOURCEFLAVORS, WORKLOADPRIORITYCLASSES, WORKLOADS
-from gangscale.kube.transport import KubeHTTP, Resource
+from gangscale.kube.transport import Resource
+from gangscale.sim.informers import Reader
 from gangscale.sim.jobs.kinds import JOB, JOBSET, KINDS, RAYCLUSTER, is_top_level, key, meta, uid
 from gangscale.sim.world import owner_of
 
@@ -85,19 +86,18 @@ class Snapshot:
         return {str(meta(p).get("name", "")) for p in self.pods}
 
 
-async def _items(http: KubeHTTP, resource: Resource) -> list[JSON]:
+async def _items(reader: Reader, resource: Resource) -> list[JSON]:
     try:
-        listing = await http.request("GET", resource.path())
+        return await reader.items(resource)
     except ApiError as exc:
         if exc.not_found:  # the resource is not served (a CRD not installed): nothing of that kind
             return []
         raise
-    return [o for o in listing.get("items") or [] if isinstance(o, dict)]
 
 
-async def load(http: KubeHTTP) -> Snapshot:
-    objects = {kind: await _items(http, info.resource) for kind, info in KINDS.items()}
-    nodes = {str(meta(n).get("name", "")): n for n in await _items(http, NODES)}
-    flavors = {str(meta(f).get("name", "")): f for f in await _items(http, RESOURCEFLAVORS)}
-    classes = {str(meta(c).get("name", "")): c for c in await _items(http, WORKLOADPRIORITYCLASSES)}
-    return Snapshot(objects, await _items(http, WORKLOADS), await _items(http, PODS), nodes, flavors, classes)
+async def load(reader: Reader) -> Snapshot:
+    objects = {kind: await _items(reader, info.resource) for kind, info in KINDS.items()}
+    nodes = {str(meta(n).get("name", "")): n for n in await _items(reader, NODES)}
+    flavors = {str(meta(f).get("name", "")): f for f in await _items(reader, RESOURCEFLAVORS)}
+    classes = {str(meta(c).get("name", "")): c for c in await _items(reader, WORKLOADPRIORITYCLASSES)}
+    return Snapshot(objects, await _items(reader, WORKLOADS), await _items(reader, PODS), nodes, flavors, classes)

@@ -24,7 +24,6 @@ for what another manager's ownership kept), ``spec.active=false`` (merge patch),
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +36,9 @@ from gangscale.kube.resources import (
     RESOURCEFLAVORS,
     WORKLOADS,
 )
-from gangscale.kube.transport import KubeHTTP
+from gangscale.kube.transport import KubeHTTP, Resource
 from gangscale.kube.writes import EventRecorder
+from gangscale.sim.informers import HttpReader, Reader
 from gangscale.sim.kueue import lifecycle
 from gangscale.sim.kueue.clusterqueues import active_state, desired_status, status_differs
 from gangscale.sim.kueue.lifecycle import StatusEdit
@@ -84,10 +84,6 @@ class Snapshot:
         return self.active.get(cq.name, (False, "", ""))[0]
 
 
-def _items(answer: Mapping[str, Any]) -> list[JSON]:
-    return [dict(i) for i in answer.get("items") or [] if isinstance(i, Mapping)]
-
-
 def _with_kind(items: list[JSON], api_version: str, kind: str) -> list[JSON]:
     # Lists leave apiVersion/kind off their items; apply bodies and events need them.
     return [{**i, "apiVersion": i.get("apiVersion") or api_version, "kind": i.get("kind") or kind} for i in items]
@@ -98,8 +94,10 @@ class KueueCore:
 
     name = "kueue"
 
-    def __init__(self, http: KubeHTTP, timeline: Timeline) -> None:
+    def __init__(self, http: KubeHTTP, timeline: Timeline, *, reader: Reader | None = None) -> None:
         self.http = http
+        #: Where the reads come from: the driver's informer cache, else a LIST per read.
+        self.reader = reader or HttpReader(http)
         self.timeline = timeline
         self.events = EventRecorder(http, component=EVENT_COMPONENT)
         self._wake: float | None = None
@@ -134,22 +132,22 @@ class KueueCore:
 
     # --- reading ---------------------------------------------------------------------------------------------
 
-    async def _list(self, path: str, api_version: str, kind: str) -> list[JSON]:
-        return _with_kind(_items(await self.http.request("GET", path)), api_version, kind)
+    async def _list(self, resource: Resource, api_version: str, kind: str) -> list[JSON]:
+        return _with_kind(await self.reader.items(resource), api_version, kind)
 
     async def _read(self) -> Snapshot:
         kq = WORKLOADS.api_version
-        flavors = [parse_flavor(o) for o in await self._list(RESOURCEFLAVORS.path(), kq, "ResourceFlavor")]
+        flavors = [parse_flavor(o) for o in await self._list(RESOURCEFLAVORS, kq, "ResourceFlavor")]
         checks = {str((o.get("metadata") or {}).get("name")): check_is_active(o)
-                  for o in await self._list(ADMISSIONCHECKS.path(), kq, "AdmissionCheck")}
-        cqs = [parse_cluster_queue(o) for o in await self._list(CLUSTERQUEUES.path(), kq, "ClusterQueue")]
-        lqs = [parse_local_queue(o) for o in await self._list(LOCALQUEUES.path(), kq, "LocalQueue")]
-        workloads = [parse_workload(o) for o in await self._list(WORKLOADS.path(), kq, "Workload")]
+                  for o in await self._list(ADMISSIONCHECKS, kq, "AdmissionCheck")}
+        cqs = [parse_cluster_queue(o) for o in await self._list(CLUSTERQUEUES, kq, "ClusterQueue")]
+        lqs = [parse_local_queue(o) for o in await self._list(LOCALQUEUES, kq, "LocalQueue")]
+        workloads = [parse_workload(o) for o in await self._list(WORKLOADS, kq, "Workload")]
         snap = Snapshot({f.name: f for f in flavors}, checks, {c.name: c for c in cqs},
                         {(q.namespace, q.name): q for q in lqs}, {w.key: w for w in workloads})
         if any(c.namespace_selector and (c.namespace_selector.match_labels or c.namespace_selector.expressions)
                for c in cqs):
-            for ns in _items(await self.http.request("GET", NAMESPACES.path())):
+            for ns in await self.reader.items(NAMESPACES):
                 meta = ns.get("metadata") or {}
                 snap.namespace_labels[str(meta.get("name"))] = dict(meta.get("labels") or {})
         return snap

@@ -61,6 +61,7 @@ from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import ADMISSIONCHECKS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.kube.writes import EventRecorder
+from gangscale.sim.informers import HttpReader, Reader
 from gangscale.sim.kueue.prconfig import config_from_ref
 from gangscale.sim.kueue.prnames import CONTROLLER_NAME
 from gangscale.sim.kueue.provisioningcontext import Env, Snapshot, load_snapshot
@@ -95,8 +96,11 @@ class ProvisioningCheck:
 
     name = "provisioning-check"
 
-    def __init__(self, http: KubeHTTP, timeline: Timeline, *, cleanup_on_eviction: bool = True) -> None:
+    def __init__(self, http: KubeHTTP, timeline: Timeline, *, cleanup_on_eviction: bool = True,
+                 reader: Reader | None = None) -> None:
         self.http = http
+        #: Where the reads come from: the driver's informer cache, else a LIST per read.
+        self.reader = reader or HttpReader(http)
         self.timeline = timeline
         self.env = Env(http, timeline, EventRecorder(http, component=EVENT_COMPONENT),
                        cleanup_on_eviction=cleanup_on_eviction)
@@ -106,7 +110,7 @@ class ProvisioningCheck:
 
     async def sync(self, now: float) -> bool:
         try:
-            snap = await load_snapshot(self.http)
+            snap = await load_snapshot(self.reader)
         except ApiError as exc:
             log.warning("provisioning-check: cannot list: %s", exc)
             return False

@@ -19,6 +19,7 @@ from gangscale.kube.resources import (
 )
 from gangscale.kube.transport import KubeHTTP, Resource
 from gangscale.kube.writes import EventRecorder
+from gangscale.sim.informers import Reader, Where
 from gangscale.sim.kueue.checkstate import Condition
 from gangscale.sim.kueue.prnames import MANAGED_LABEL
 from gangscale.sim.world import Timeline
@@ -52,24 +53,25 @@ class Env:
     reported: set[tuple[str, str]] = field(default_factory=set)
 
 
-async def _items(http: KubeHTTP, resource: Resource, kind: str, query: dict[str, str] | None = None) -> list[JSON]:
-    listed = await http.request("GET", resource.path(), query=query)
-    items = []
-    for item in listed.get("items") or []:
-        # List items need not carry their type; events about them do.
-        items.append({"apiVersion": resource.api_version, "kind": kind, **item})
-    return items
+async def _items(reader: Reader, resource: Resource, kind: str, where: Where | None = None) -> list[JSON]:
+    # List items need not carry their type; events about them do.
+    return [{"apiVersion": resource.api_version, "kind": kind, **item} for item in await reader.items(resource, where)]
 
 
-async def load_snapshot(http: KubeHTTP) -> Snapshot:
+def _managed(template: JSON) -> bool:
+    return ((template.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) == "true"
+
+
+async def load_snapshot(reader: Reader) -> Snapshot:
     snap = Snapshot()
-    snap.checks = {i["metadata"]["name"]: i for i in await _items(http, ADMISSIONCHECKS, "AdmissionCheck")}
-    snap.configs = {i["metadata"]["name"]: i for i in await _items(http, PROVREQCONFIGS, "ProvisioningRequestConfig")}
-    snap.flavors = {i["metadata"]["name"]: i for i in await _items(http, RESOURCEFLAVORS, "ResourceFlavor")}
-    snap.workloads = await _items(http, WORKLOADS, "Workload")
-    for pr in await _items(http, PROVREQS, "ProvisioningRequest"):
+    snap.checks = {i["metadata"]["name"]: i for i in await _items(reader, ADMISSIONCHECKS, "AdmissionCheck")}
+    snap.configs = {i["metadata"]["name"]: i
+                    for i in await _items(reader, PROVREQCONFIGS, "ProvisioningRequestConfig")}
+    snap.flavors = {i["metadata"]["name"]: i for i in await _items(reader, RESOURCEFLAVORS, "ResourceFlavor")}
+    snap.workloads = await _items(reader, WORKLOADS, "Workload")
+    for pr in await _items(reader, PROVREQS, "ProvisioningRequest"):
         snap.requests.setdefault(pr["metadata"].get("namespace", ""), []).append(pr)
-    for pt in await _items(http, PODTEMPLATES, "PodTemplate", {"labelSelector": f"{MANAGED_LABEL}=true"}):
+    for pt in await _items(reader, PODTEMPLATES, "PodTemplate", _managed):
         snap.templates[(pt["metadata"].get("namespace", ""), pt["metadata"]["name"])] = pt
     return snap
 
