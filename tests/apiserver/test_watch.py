@@ -154,3 +154,42 @@ async def test_kubernetes_asyncio_watch_helper_works(api_client: ApiClient, http
 
     await asyncio.wait_for(run(), HANG_GUARD)
     assert seen == [("ADDED", "n1")]
+
+
+async def test_a_bookmark_never_claims_a_revision_ahead_of_an_event_still_to_come(tmp_path: Any) -> None:
+    """A real API server sends a bookmark from the same ordered stream as the events: after a bookmark at
+    revision B, no event at or below B follows (a client resuming from B would lose it). A bookmark interval of 2 ms
+    asks for one at almost every turn of the stream, while a burst of writes keeps events queued."""
+    server = EmbeddedAPIServer(bookmark_interval=0.002)
+    await server.start()
+    try:
+        from gangscale.kube.client import make_http  # noqa: PLC0415 (a client of this server, not the fixture's)
+
+        client = await make_http(str(server.write_kubeconfig(tmp_path / "kc")))
+        try:
+            start = (await client.request("GET", b.NODES.path()))["metadata"]["resourceVersion"]
+            stream = client.stream(b.NODES.path(), {"resourceVersion": start, "allowWatchBookmarks": "true"})
+            writes = asyncio.gather(*(client.request("POST", b.NODES.path(), body=b.node(f"n{i}"))
+                                      for i in range(100)))
+            seen: list[tuple[str, int]] = []
+
+            async def read() -> None:
+                added = 0
+                async for ev in stream:
+                    seen.append((ev["type"], int(ev["object"]["metadata"]["resourceVersion"])))
+                    added += ev["type"] == "ADDED"
+                    if added == 100 and ev["type"] == "BOOKMARK":  # every event, then the bookmark after them
+                        return
+
+            await asyncio.wait_for(asyncio.gather(writes, read()), 30)
+            await stream.aclose()
+        finally:
+            await client.api_client.close()
+    finally:
+        await server.stop()
+    bookmarks = [rv for t, rv in seen if t == "BOOKMARK"]
+    assert bookmarks, "no bookmark was sent: the test did not exercise the stream's bookmark path"
+    for i, (kind, rv) in enumerate(seen):
+        if kind == "BOOKMARK":
+            later = [e for t, e in seen[i + 1:] if t != "BOOKMARK"]
+            assert all(e > rv for e in later), f"bookmark at {rv} is followed by events {later}"

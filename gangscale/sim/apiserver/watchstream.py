@@ -15,7 +15,7 @@ from aiohttp import web
 
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver.faults import Fault
-from gangscale.sim.apiserver.store import Store, TooOldResourceVersion
+from gangscale.sim.apiserver.store import Store, TooOldResourceVersion, Watcher
 from gangscale.sim.apiserver.watching import WatchRequest, bookmark, open_watch
 
 JSON = dict[str, Any]
@@ -30,6 +30,14 @@ def _drop(request: web.Request, resp: web.StreamResponse, fault: Fault | None) -
     if fault is not None and fault.abort and request.transport is not None:
         request.transport.close()
     return resp
+
+
+async def _next(watcher: Watcher, timeout: float) -> tuple[str, JSON] | None:
+    """The next queued item, waiting at most ``timeout``; one already queued is taken at once (``wait_for`` with a
+    timeout already past would cancel the get before it ran)."""
+    if not watcher.queue.empty():
+        return watcher.queue.get_nowait()
+    return await asyncio.wait_for(watcher.queue.get(), timeout=timeout)
 
 
 async def serve_watch(request: web.Request, store: Store, req: WatchRequest, fault: Fault | None,
@@ -74,12 +82,15 @@ async def serve_watch(request: web.Request, store: Store, req: WatchRequest, fau
             now = loop.time()
             if now >= deadline:
                 return resp
-            if bookmarks and now >= next_bookmark:
+            # Only with nothing queued for this stream: the store's revision already counts queued events, and a
+            # bookmark ahead of an event still to come would let a client resume past it (a real server sends
+            # bookmarks in order with the events, from its watch cache).
+            if bookmarks and now >= next_bookmark and watcher.queue.empty():
                 await _send(resp, "BOOKMARK", bookmark(req.rt, store.resource_version))
                 next_bookmark = now + bookmark_interval
             wake = min(deadline, next_bookmark) if bookmarks else deadline
             try:
-                got = await asyncio.wait_for(watcher.queue.get(), timeout=max(wake - now, 0.0))
+                got = await _next(watcher, max(wake - now, 0.0))
             except TimeoutError:
                 continue
             pending.append(got)
