@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
-from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import JOBS, PODS, PODTEMPLATES
 from gangscale.kube.transport import KubeHTTP
+from tests.apiserver.validation_support import DUP, ENUM, FORB, INV, JSON, NS, REQ, Cause, causes_of, rejected
 
-JSON = dict[str, Any]
-Cause = tuple[str, str, str]
-NS = "default"
-REQ, INV, ENUM = "FieldValueRequired", "FieldValueInvalid", "FieldValueNotSupported"
-DUP, FORB = "FieldValueDuplicate", "FieldValueForbidden"
 MERGE = "application/merge-patch+json"
 QTY_RE = "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 FPGA = "example.com/fpga"
@@ -56,18 +51,6 @@ def job(spec: JSON, **job_spec: Any) -> JSON:
     spec.setdefault("restartPolicy", "Never")
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
             "spec": {"template": {"spec": spec}, **job_spec}}
-
-
-async def rejected(http: KubeHTTP, path: str, body: JSON, method: str = "POST",
-                   content_type: str = "application/json") -> ApiError:
-    with pytest.raises(ApiError) as err:
-        await http.request(method, path, body=body, content_type=content_type)
-    return err.value
-
-
-def causes_of(err: ApiError) -> list[Cause]:
-    details = (err.body or {}).get("details") or {}
-    return [(c["reason"], c.get("field", ""), c["message"]) for c in details.get("causes") or []]
 
 
 T = "template.spec.containers[0]"
@@ -168,7 +151,7 @@ TEMPLATE_CASES: list[tuple[str, JSON, list[Cause]]] = [
 
 @pytest.mark.parametrize(("spec", "want"), [c[1:] for c in TEMPLATE_CASES], ids=[c[0] for c in TEMPLATE_CASES])
 async def test_podtemplate_rules(http: KubeHTTP, spec: JSON, want: list[Cause]) -> None:
-    err = await rejected(http, PODTEMPLATES.path(NS), podtemplate(copy.deepcopy(spec)))
+    err = await rejected(http, "POST", PODTEMPLATES.path(NS), podtemplate(copy.deepcopy(spec)))
     assert (err.status, err.reason) == (422, "Invalid")
     assert causes_of(err) == want
     bodies = list(dict.fromkeys(f"{f}: {m}" for _, f, m in want))
@@ -178,7 +161,7 @@ async def test_podtemplate_rules(http: KubeHTTP, spec: JSON, want: list[Cause]) 
 
 async def test_the_reported_extended_resource_case_matches_the_real_server(http: KubeHTTP) -> None:
     body = podtemplate(with_resources(pod_spec(), requests={FPGA: 1}))
-    err = await rejected(http, PODTEMPLATES.path(NS), body)
+    err = await rejected(http, "POST", PODTEMPLATES.path(NS), body)
     assert err.message == ('PodTemplate "t" is invalid: template.spec.containers[0].resources.limits: '
                            "Required value: Limit must be set for non overcommitable resources")
     assert err.body["details"] == {"name": "t", "kind": "PodTemplate", "causes": [{
@@ -220,7 +203,7 @@ async def test_malformed_quantity_fails_decoding_with_400(http: KubeHTTP, kind: 
     spec = with_resources(pod_spec(), limits={"cpu": raw})
     body, path, version = {"Pod": (pod(spec), PODS.path(NS), "v1"), "PodTemplate": (podtemplate(spec),
                            PODTEMPLATES.path(NS), "v1"), "Job": (job(spec), JOBS.path(NS), "v1")}[kind]
-    err = await rejected(http, path, body)
+    err = await rejected(http, "POST", path, body)
     assert (err.status, err.reason) == (400, "BadRequest")
     assert err.message == f'{kind} in version "{version}" cannot be handled as a {kind}: {why}'
 
@@ -240,7 +223,7 @@ POD_CASES: list[tuple[str, JSON, list[Cause]]] = [
 
 @pytest.mark.parametrize(("spec", "want"), [c[1:] for c in POD_CASES], ids=[c[0] for c in POD_CASES])
 async def test_pod_rules(http: KubeHTTP, spec: JSON, want: list[Cause]) -> None:
-    err = await rejected(http, PODS.path(NS), pod(copy.deepcopy(spec)))
+    err = await rejected(http, "POST", PODS.path(NS), pod(copy.deepcopy(spec)))
     assert (err.status, err.reason) == (422, "Invalid")
     assert causes_of(err) == want
 
@@ -274,7 +257,7 @@ JOB_CASES: list[tuple[str, JSON, list[Cause]]] = [
 
 @pytest.mark.parametrize(("body", "want"), [c[1:] for c in JOB_CASES], ids=[c[0] for c in JOB_CASES])
 async def test_job_rules(http: KubeHTTP, body: JSON, want: list[Cause]) -> None:
-    err = await rejected(http, JOBS.path(NS), copy.deepcopy(body))
+    err = await rejected(http, "POST", JOBS.path(NS), copy.deepcopy(body))
     assert (err.status, err.reason) == (422, "Invalid")
     assert causes_of(err) == want
     assert err.message.startswith('Job.batch "j" is invalid: ')
@@ -283,11 +266,11 @@ async def test_job_rules(http: KubeHTTP, body: JSON, want: list[Cause]) -> None:
 async def test_patches_go_through_the_same_validation(http: KubeHTTP) -> None:
     await http.request("POST", PODTEMPLATES.path(NS), body=podtemplate(pod_spec()))
     patch = {"template": {"spec": {"containers": [container(resources={"requests": {FPGA: "1"}})]}}}
-    err = await rejected(http, PODTEMPLATES.path(NS, "t"), patch, method="PATCH", content_type=MERGE)
+    err = await rejected(http, "PATCH", PODTEMPLATES.path(NS, "t"), patch, content_type=MERGE)
     assert (err.status, causes_of(err)) == (422, [(REQ, f"{T}.resources.limits", "Required value: Limit must be set "
                                                    "for non overcommitable resources")])
     patch = {"template": {"spec": {"containers": [container(resources={"limits": {"cpu": "lots"}})]}}}
-    err = await rejected(http, PODTEMPLATES.path(NS, "t"), patch, method="PATCH", content_type=MERGE)
+    err = await rejected(http, "PATCH", PODTEMPLATES.path(NS, "t"), patch, content_type=MERGE)
     assert (err.status, err.reason) == (400, "BadRequest")
     stored = await http.request("GET", PODTEMPLATES.path(NS, "t"))
     assert stored["template"]["spec"]["containers"][0]["resources"] == {}

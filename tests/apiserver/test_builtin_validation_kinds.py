@@ -8,31 +8,14 @@ from typing import Any
 
 import pytest
 
-from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import EVENTS, LEASES, NODES
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver.quantity import QuantityError, canonical, parse_quantity
+from tests.apiserver.validation_support import DUP, ENUM, FORB, INV, JSON, NS, REQ, Cause, causes_of, rejected
 
-JSON = dict[str, Any]
-Cause = tuple[str, str, str]
-NS = "default"
-REQ, INV, ENUM = "FieldValueRequired", "FieldValueInvalid", "FieldValueNotSupported"
-DUP, FORB = "FieldValueDuplicate", "FieldValueForbidden"
 EVENTS_V1 = "/apis/events.k8s.io/v1/namespaces/default/events"
 APPLY = "application/apply-patch+yaml"
 NOW = "2026-08-01T10:00:00.000000Z"
-
-
-def causes_of(err: ApiError) -> list[Cause]:
-    details = (err.body or {}).get("details") or {}
-    return [(c["reason"], c.get("field", ""), c["message"]) for c in details.get("causes") or []]
-
-
-async def rejected(http: KubeHTTP, method: str, path: str, body: Any, content_type: str = "application/json",
-                   query: JSON | None = None) -> ApiError:
-    with pytest.raises(ApiError) as err:
-        await http.request(method, path, body=body, content_type=content_type, query=query)
-    return err.value
 
 
 def node(taints: list[JSON] | None = None, **status: Any) -> JSON:
