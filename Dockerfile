@@ -1,6 +1,6 @@
 # gangscale controller image: multi-stage, non-root, no build tools in the runtime stage.
 #
-#   docker build -t gangscale:dev .
+#   docker build -t gangscale:dev .                        (add --build-arg EXTRAS=ray for Ray GCS reading)
 #   docker run --rm gangscale:dev version
 #
 # The builder makes a wheel of the project and installs it, with its dependencies, into a virtualenv at
@@ -18,8 +18,10 @@ RUN python -m venv /opt/gangscale
 # Only what the wheel build reads (pyproject names README.md as the long description).
 COPY pyproject.toml README.md constraints.txt ./
 COPY gangscale ./gangscale
+# EXTRAS: optional extras of the package, e.g. --build-arg EXTRAS=ray for reading Ray heads' GCS (grpcio).
+ARG EXTRAS=""
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
- && /opt/gangscale/bin/pip install --no-cache-dir /wheels/*.whl \
+ && /opt/gangscale/bin/pip install --no-cache-dir "$(ls /wheels/*.whl)${EXTRAS:+[$EXTRAS]}" \
  && /opt/gangscale/bin/gangscale version
 
 FROM python:3.11-slim AS runtime

@@ -75,3 +75,11 @@ def test_the_image_build_and_the_dev_install_use_the_constraints() -> None:
     copied = [i.value for i in build if i.keyword == "COPY" and "constraints.txt" in i.value]
     assert copied and copied[0].split()[-1] == "./"
     assert "-c constraints.txt" in (m.REPO_ROOT / "dev.sh").read_text(encoding="utf-8")
+
+
+def test_the_image_takes_the_ray_extra_on_request() -> None:
+    build = m.stages(m.dockerfile_instructions((m.REPO_ROOT / "Dockerfile").read_text(encoding="utf-8")))[0]
+    assert [i.value for i in build if i.keyword == "ARG"] == ['EXTRAS=""']
+    (install,) = [i.value for i in build if i.keyword == "RUN" and "pip install" in i.value]
+    assert '"$(ls /wheels/*.whl)${EXTRAS:+[$EXTRAS]}"' in install
+    assert "ray" in PYPROJECT["project"]["optional-dependencies"]
