@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -196,3 +197,13 @@ def test_the_fake_cloud_with_a_missing_kubeconfig_is_one_line(tmp_path: Path) ->
     missing = tmp_path / "nonexistent"
     done = _gangscale("sim", "gcp", "--config", str(pools), "--kubeconfig", str(missing), "--for", "1")
     _one_line(done, 1, f"gangscale sim gcp: cannot read the kubeconfig {missing}")
+
+
+def test_the_readme_documents_every_flag() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### `gangscale run` flags"):]
+    section = section[:section.index("\n### ", 1)]
+    # `--ray` must appear as itself, not as the start of `--ray-gcs`.
+    missing = [RunFlags.option(f.name) for f in dataclasses.fields(RunFlags)
+               if not re.search(f"`{re.escape(RunFlags.option(f.name))}[` ]", section)]
+    assert not missing, f"README's flag table lacks {missing}"
