@@ -32,9 +32,15 @@ workloads:
 """
 
 
-def test_demo_runs_a_scenario_file_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def tiny_scenario(tmp_path: Path) -> Path:
+    """The TINY scenario as a file, as a user passes one with --scenario."""
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(TINY)
+    return scenario
+
+
+def test_demo_runs_a_scenario_file_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tiny_scenario(tmp_path)
     out_json, picture = tmp_path / "run.json", tmp_path / "run.svg"
     assert main(["demo", "--scenario", str(scenario), "--json", str(out_json), "--plot", str(picture)]) == 0
     out = capsys.readouterr().out
@@ -56,8 +62,7 @@ def test_demo_runs_a_scenario_file_and_writes_json(tmp_path: Path, capsys: pytes
 
 
 def test_demo_baseline_prints_both_policies_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    scenario = tmp_path / "tiny.yaml"
-    scenario.write_text(TINY)
+    scenario = tiny_scenario(tmp_path)
     assert main(["demo", "--scenario", str(scenario), "--baseline", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "Timeline" not in out
@@ -85,8 +90,7 @@ def test_demo_reports_every_problem_of_a_broken_scenario_file(tmp_path: Path,
 
 def test_demo_paced_by_speed_gives_the_same_outcome(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--speed`` only paces simulated time against the wall clock; what happens, and when, is unchanged."""
-    scenario = tmp_path / "tiny.yaml"
-    scenario.write_text(TINY)
+    scenario = tiny_scenario(tmp_path)
     fast, paced = tmp_path / "fast.json", tmp_path / "paced.json"
     assert main(["demo", "--scenario", str(scenario), "--quiet", "--json", str(fast)]) == 0
     assert main(["demo", "--scenario", str(scenario), "--quiet", "--speed", "2000", "--json", str(paced)]) == 0
@@ -97,8 +101,7 @@ def test_demo_paced_by_speed_gives_the_same_outcome(tmp_path: Path, capsys: pyte
 
 def test_demo_on_the_gke_provider_runs_the_scenario_through_the_fake_gke(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    scenario = tmp_path / "tiny.yaml"
-    scenario.write_text(TINY)
+    scenario = tiny_scenario(tmp_path)
     out_json = tmp_path / "run.json"
     assert main(["demo", "--scenario", str(scenario), "--provider", "gke", "--quiet", "--json", str(out_json)]) == 0
     assert "1/1 workloads finished" in capsys.readouterr().out
@@ -117,8 +120,7 @@ def run_panels(picture: Path) -> list[str]:
 
 def test_json_to_stdout_leaves_stdout_pure_json_and_the_tables_on_stderr(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    scenario = tmp_path / "tiny.yaml"
-    scenario.write_text(TINY)
+    scenario = tiny_scenario(tmp_path)
     picture = tmp_path / "both.svg"
     assert main(["demo", "--scenario", str(scenario), "--baseline", "--json", "-", "--plot", str(picture)]) == 0
     captured = capsys.readouterr()
@@ -143,8 +145,7 @@ def test_progress_goes_to_stderr_unless_quiet(quiet: bool, tmp_path: Path, capsy
     0), the first look at the cluster writes one at once, so no timing decides the outcome."""
     monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
     monkeypatch.setattr(progress, "TICK", 0.0)
-    scenario = tmp_path / "tiny.yaml"
-    scenario.write_text(TINY)
+    scenario = tiny_scenario(tmp_path)
     assert main(["demo", "--scenario", str(scenario), *(["--quiet"] if quiet else [])]) == 0
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.startswith("gangscale demo: gangscale: t=")]

@@ -15,6 +15,10 @@ Reproduces (Kubernetes 1.36, ``quantity.go`` and ``suffix.go``):
 - the decode failure of a built-in object holding a malformed quantity: 400 BadRequest
   ``<Kind> in version "<version>" cannot be handled as a <Kind>: <parse error>``.
 
+Deliberately separate from :mod:`gangscale.model.quantity`, the controller's own parser: the fake server
+mirrors Go's decoder (its errors, its canonical printing), and a fake that shared the parser of the code it
+tests could not catch that parser's mistakes.
+
 Not reproduced: ``ErrNumeric`` (numbers too large for the int64/inf.Dec fast paths) and the
 protobuf form.
 """
