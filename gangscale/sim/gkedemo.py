@@ -13,9 +13,11 @@ is what the scenario's pools of that zone and machine type could have out at onc
 pool "out of stock" in the scenario lowers what the zone can give, and a gang that needs more than the zone has
 stocks out there: with GKE's per-pool atomicity, the slices made before the one that failed are deleted again
 (what gangscale does on real GKE). The fake's timing is one setting for every pool: a node turns Ready the
-largest ``provisionSeconds`` of the scenario's pools after its VM registers. What the simulated provider's other
-knobs do (partial grants, nodes never Ready) the fake does not model; such a change is shown in the timeline
-and otherwise ignored.
+largest ``provisionSeconds`` of the scenario's pools after its VM registers. The simulated provider's other
+knobs are not carried over: partial grants (the fake's ``partial_gpu_grant`` caps a node-pool create, not the
+resize requests the demo's single-host pools use), and nodes never Ready (the fake's ``never_ready`` breaks every
+new VM of the cloud, a scenario's only those of one pool); such a change is shown in the timeline and otherwise
+ignored.
 """
 
 from __future__ import annotations

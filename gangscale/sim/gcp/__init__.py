@@ -82,8 +82,8 @@ Faithful (what a provider may rely on)
   ``cloud.google.com/gke-tpu-accelerator`` and ``…-tpu-topology`` (TPU); the pool's taints plus
   ``nvidia.com/gpu=present:NoSchedule`` / ``google.com/tpu=present:NoSchedule``; capacity and allocatable from
   :mod:`gangscale.model.catalog`; ``Ready=False`` at registration (``register_seconds`` after the VM runs),
-  ``Ready=True`` ``ready_seconds`` later (strategic merge patch on ``/status``); the Node is deleted when its VM is
-  gone (404 ignored).
+  ``Ready=True`` ``ready_seconds`` later (strategic merge patch on ``/status``) unless its VM's kubelet is broken
+  (below); the Node is deleted when its VM is gone (404 ignored).
 
 Simplified, and gaps (a provider must not rely on these)
 --------------------------------------------------------
@@ -110,6 +110,12 @@ Simplified, and gaps (a provider must not rely on these)
   failed slice drops its missing members (target size 0). ``partial_gpu_grant`` (GPU pools only) and
   ``async_quota_next`` cap the pool for its whole life. One running operation per node pool is always enforced
   (``serialize_cluster_ops`` extends it to the cluster); setSize removes VMs newest first.
+- Broken kubelets (the knobs' model, not GKE's verified behaviour): under ``never_ready`` every VM created gets
+  a Node that registers ``Ready=False`` (``KubeletNotReady``) and never turns Ready; ``partial_slice_hosts`` = k
+  does that to all but the first k VMs of the next multi-host slice, whose create still ends DONE with the pool
+  ``RUNNING`` and every VM ``RUNNING`` (a slice is still created whole or not at all: there is no slice with
+  VMs missing). Which it is is fixed when the VM is created, for its whole life: nothing repairs such a node
+  (GKE's node auto-repair would recreate the VM after a while; the pool's status and conditions never show it).
 - Quota: only the regional ``CPUS`` quota of VMs that exist (not of instances still CREATING); no GPU/TPU quotas.
   Stock is per ``(zone, machineType)`` and given back when a VM is deleted. No reservations, spot preemption,
   flex-start, DWS queueing order, repair, upgrades, autoscaler (``autoscaling`` is stored, never acted on), or

@@ -113,7 +113,8 @@ class Engine:
         boot = 0.0 if preexisting else self.faults.boot_seconds
         register = 0.0 if preexisting else self.faults.register_seconds
         vm = Vm(member.name, mig.zone, pool.machine.name, pool.machine.vcpus, mig.name, self.names.uint64(), t,
-                t + boot, register_at=t + boot + register, preexisting=preexisting)
+                t + boot, register_at=t + boot + register, preexisting=preexisting,
+                never_ready=not preexisting and self._broken_kubelet(pool))
         member.vm = vm
         member.errors = []
         self.state.vms[(vm.zone, vm.name)] = vm
@@ -122,6 +123,15 @@ class Engine:
         if stock is not None:
             self.faults.stock[key] = stock - 1
         return vm
+
+    def _broken_kubelet(self, pool: NodePool) -> bool:
+        """Whether the VM about to be made for ``pool`` gets a Node that never turns Ready: under ``never_ready``,
+        or once a partial slice has its quota of healthy hosts (the first ones made are the healthy ones)."""
+        if self.faults.never_ready:
+            return True
+        if pool.ready_hosts is None:
+            return False
+        return sum(1 for vm in self.state.pool_vms(pool) if not vm.never_ready) >= pool.ready_hosts
 
     def new_member(self, mig: Mig, *, owner: str | None = None, name: str | None = None) -> Member:
         while name is None or name in mig.members or (mig.zone, name) in self.state.vms:
@@ -314,7 +324,8 @@ class Engine:
     def _register(self, vm: Vm, t: float) -> None:
         vm.register_at = None
         vm.registered = True
-        vm.ready_at = t if vm.preexisting else t + self.faults.ready_seconds
+        # A broken kubelet registers (Ready=False) and then never posts Ready.
+        vm.ready_at = None if vm.never_ready else t if vm.preexisting else t + self.faults.ready_seconds
         mig = self.state.mig(vm.zone, vm.mig)
         pool = self.state.pool_of(mig) if mig is not None else None
         if pool is not None:

@@ -37,7 +37,8 @@ class GcpFaults:
     """Run-time knobs of :class:`~gangscale.sim.gcp.server.FakeGcp`; all off by default, mutable at any time.
 
     Times are seconds of the injected clock. Counters (``async_quota_next``, ``lost_responses``, ``errors[].times``)
-    count down as requests consume them; ``partial_gpu_grant`` is consumed by the next GPU/CPU pool create.
+    count down as requests consume them; ``partial_gpu_grant`` is consumed by the next GPU/CPU pool create and
+    ``partial_slice_hosts`` by the next multi-host TPU slice pool create.
     """
 
     #: ``(zone, machineType)`` → VMs that can still be created (None or a missing key: unlimited). Creating a VM
@@ -78,6 +79,16 @@ class GcpFaults:
     #: The next stocked-out or not GPU/CPU node-pool create gets at most this many VMs, ever (its other VMs fail
     #: with a stockout and the operation ends DONE with ``[GCE_STOCKOUT]`` after ``stockout_after``). One-shot.
     partial_gpu_grant: int | None = None
+    #: The next multi-host TPU slice node-pool create (one whose create is not failed by ``async_quota_next``)
+    #: gets every VM as usual and its operation ends DONE with the pool RUNNING, but only this many of its VMs
+    #: register a Node that turns Ready; the others' Nodes stay ``Ready=False`` (``KubeletNotReady``) for their
+    #: whole life: a slice with a broken host, which GKE reports as running but which cannot serve. One-shot
+    #: (used up by that create even if it then stocks out).
+    partial_slice_hosts: int | None = None
+    #: While true, every VM created registers a Node that stays ``Ready=False`` (``KubeletNotReady``) for its whole
+    #: life (a kubelet that never becomes Ready). Decided when the VM is created: turning it off does not repair
+    #: the VMs made meanwhile, and turning it on does not break VMs that already exist.
+    never_ready: bool = False
     #: The next N mutating container/compute calls are applied, then the connection is closed without an answer.
     lost_responses: int = 0
     #: Errors answered instead of matching requests (see :class:`InjectedError`).

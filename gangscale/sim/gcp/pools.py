@@ -104,6 +104,9 @@ class PoolLogic:
         elif not pool.atomic and gpu_count(pool) and self.faults.partial_gpu_grant is not None:
             pool.cap, pool.cap_code = max(0, self.faults.partial_gpu_grant), self.faults.stockout_gce_code
             self.faults.partial_gpu_grant = None
+        elif pool.slice_hosts > 1 and self.faults.partial_slice_hosts is not None:
+            pool.ready_hosts = max(0, self.faults.partial_slice_hosts)
+            self.faults.partial_slice_hosts = None
         self._schedule(op, pool, t)
         return op
 

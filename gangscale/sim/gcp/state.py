@@ -53,6 +53,8 @@ class Vm:
     gone_at: float | None = None
     #: Part of a pool set up by the test (Ready as soon as registered).
     preexisting: bool = False
+    #: Its Node never turns Ready (``never_ready``, or a broken host of a ``partial_slice_hosts`` slice).
+    never_ready: bool = False
 
     def status(self, now: float) -> str:
         if self.deleting_at is not None:
@@ -144,6 +146,8 @@ class NodePool:
     #: other VMs fail with.
     cap: int | None = None
     cap_code: str = ""
+    #: How many of the pool's VMs get a Node that turns Ready (a ``partial_slice_hosts`` slice); None: all.
+    ready_hosts: int | None = None
     #: When a VM of the pool was last removed (a shrinking operation is done no earlier).
     last_removal: float = 0.0
     generation: int = 1
