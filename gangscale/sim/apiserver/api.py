@@ -21,7 +21,7 @@ import yaml
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver import fielderrors as fe
 from gangscale.sim.apiserver import fieldmanager, kindvalidation, patching, quantity, strategies, validation
-from gangscale.sim.apiserver.conversion import from_storage, to_storage
+from gangscale.sim.apiserver.conversion import from_storage, storage_view, to_storage
 from gangscale.sim.apiserver.deletion import DeletionVerbs
 from gangscale.sim.apiserver.errors import StatusError
 from gangscale.sim.apiserver.jsoncopy import json_copy
@@ -177,7 +177,8 @@ class ObjectAPI(DeletionVerbs):
             return from_storage(rt, stored)
         if rt.kind == "CustomResourceDefinition":
             self.registry.install_crd(stored)
-        return from_storage(rt, self.store.put(storage_key(rt), stored, added=True))
+        # Write answers are only serialized: a view of the committed object saves a deep copy per write.
+        return storage_view(rt, self.store.put(storage_key(rt), stored, added=True))
 
     def _generate_name(self, rt: ResourceType, ns: str, prefix: str) -> str:
         for _ in range(8):
@@ -235,7 +236,7 @@ class ObjectAPI(DeletionVerbs):
         stored = self.store.get(storage_key(rt), ns if rt.namespaced else "", name)
         if stored is None:
             raise E.not_found(rt.plural, rt.group, name)
-        current = from_storage(rt, stored)
+        current = storage_view(rt, stored)  # the patch functions copy what they change
         if content_type == PATCH_MERGE:
             new = patching.merge_patch(current, _load_json(raw))
         elif content_type == PATCH_JSON:
@@ -284,7 +285,7 @@ class ObjectAPI(DeletionVerbs):
             if rt.namespaced:
                 cmeta["namespace"] = ns
             return self._create_prepared(rt, ns, created, ctx, managed=lambda o: o)
-        current = from_storage(rt, stored)
+        current = storage_view(rt, stored)  # apply reads it and builds a new object
         new = do_apply(current)
         want_rv = (applied.get("metadata") or {}).get("resourceVersion")
         if want_rv and want_rv != stored["metadata"]["resourceVersion"]:
@@ -325,7 +326,7 @@ class ObjectAPI(DeletionVerbs):
         committed = self.store.put(storage_key(rt), stored_new, added=False)
         if rt.kind == "CustomResourceDefinition":
             self._reinstall_crd(stored, committed)
-        return from_storage(rt, committed)
+        return storage_view(rt, committed)
 
     def _reinstall_crd(self, old: JSON, new: JSON) -> None:
         before = {(t.group, t.plural) for t in self.registry.remove_crd(old["metadata"]["name"])}
@@ -350,7 +351,7 @@ class ObjectAPI(DeletionVerbs):
                                          api_version=rt.api_version, subresource=None, now=self._now())
         if ctx.dry_run:
             return new
-        return from_storage(rt, self.store.put(storage_key(rt), to_storage(rt, new), added=False))
+        return storage_view(rt, self.store.put(storage_key(rt), to_storage(rt, new), added=False))
 
 
 # --- small helpers -----------------------------------------------------------------------------------
@@ -407,15 +408,18 @@ def _allowed_roots(rt: ResourceType, sub: str | None) -> frozenset[str] | None:
     return None
 
 
-def _strip_times(obj: JSON) -> JSON:
-    out = json_copy(obj)
-    for entry in out.get("metadata", {}).get("managedFields") or []:
-        entry.pop("time", None)
-    return out
+def _without(d: JSON, key: str) -> JSON:
+    return {k: v for k, v in d.items() if k != key}
 
 
 def _same_ignoring_managed_times(a: JSON, b: JSON) -> bool:
-    return _strip_times(a) == _strip_times(b)
+    # Compared in place, level by level: copying both objects to drop the times cost more than the write.
+    ma, mb = a.get("metadata", {}), b.get("metadata", {})
+    if _without(a, "metadata") != _without(b, "metadata") or _without(ma, "managedFields") != _without(
+            mb, "managedFields") or ("managedFields" in ma) != ("managedFields" in mb):
+        return False
+    fa, fb = ma.get("managedFields") or [], mb.get("managedFields") or []
+    return len(fa) == len(fb) and all(_without(x, "time") == _without(y, "time") for x, y in zip(fa, fb, strict=True))
 
 
 def _encode_continue(offset: int, rv: int) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 from gangscale.aio import cancel_and_wait
 from gangscale.sim.apiserver.api import ObjectAPI, WriteContext
-from gangscale.sim.apiserver.conversion import from_storage
+from gangscale.sim.apiserver.conversion import storage_view
 from gangscale.sim.apiserver.deletion import DeleteOptions
 from gangscale.sim.apiserver.errors import StatusError
 from gangscale.sim.apiserver.jsoncopy import json_copy
@@ -215,7 +215,8 @@ class ControllerManager:
     def _replace(self, key: StorageKey, stored: JSON) -> None:
         rt = self._type(key)
         meta = stored["metadata"]
-        self.api.replace(rt, meta.get("namespace", ""), meta["name"], from_storage(rt, stored), None, self._ctx())
+        # replace() decodes (copies) its body, so a view of ``stored`` will do.
+        self.api.replace(rt, meta.get("namespace", ""), meta["name"], storage_view(rt, stored), None, self._ctx())
 
     def _set_refs(self, key: StorageKey, obj: JSON, refs: list[JSON]) -> None:
         new = json_copy(obj)

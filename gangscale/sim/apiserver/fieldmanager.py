@@ -74,6 +74,7 @@ from gangscale.sim.apiserver.managedfields import (
     decode_or_empty,
     entry_seconds,
     managed_of,
+    managed_stripped_view,
     object_meta,
     with_managed,
     without_managed,
@@ -317,7 +318,6 @@ def _sync_last_applied(obj: JSON, applied: JSON) -> None:
 def record_update(old: JSON | None, new: JSON, *, manager: str, shape: Shape, api_version: str,
                   subresource: str | None, now: str, reset_fields: Iterable[Path] = ()) -> JSON:
     """managedFields after a create (``old`` None), PUT or non-apply PATCH; returns ``new`` updated."""
-    result = json_copy(new)
     requested = managed_of(new)
     if subresource:
         entries = decode_or_empty(managed_of(old))  # a subresource cannot rewrite managedFields
@@ -325,12 +325,13 @@ def record_update(old: JSON | None, new: JSON, *, manager: str, shape: Shape, ap
         entries = {}
     else:
         entries = decode_or_empty(requested) or decode_or_empty(managed_of(old))
-    result = without_managed(result)
+    result = without_managed(new)
     if not entries and old is not None:
         return result  # an object whose managedFields were reset stays untracked
     ctx = _Ctx(shape, api_version, subresource or "", now, set_of_names(*reset_fields))
     try:
-        entries = _record(ctx, without_managed(old) if old is not None else {}, result, entries,
+        # _record only reads the old object (normalize builds new values), so a view will do.
+        entries = _record(ctx, managed_stripped_view(old) if old is not None else {}, result, entries,
                           manager=manager or "unknown")
     except TypedError:
         # UpdateNoErrors: keep the live object's managedFields rather than failing the write.

@@ -140,6 +140,15 @@ def without_managed(obj: JSON) -> JSON:
     return out
 
 
+def managed_stripped_view(obj: JSON) -> JSON:
+    """The object without ``metadata.managedFields``, sharing everything else: for readers only (a deep copy of
+    every old object was a large part of each write's cost)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def with_managed(obj: JSON, entries: dict[EntryKey, Entry]) -> JSON:
     """The object with ``entries`` as its managedFields (the field removed when there are none)."""
     if entries:

@@ -234,14 +234,14 @@ def reset_for_subresource(rt: ResourceType, old: JSON, new: JSON, subresource: s
             else:
                 out.pop("status", None)
             return out
-        out = json_copy(new)
+        out = dict(new)  # ``new`` is the caller's own fresh object: only the top level changes
         if "spec" in old:
             out["spec"] = json_copy(old["spec"])
         else:
             out.pop("spec", None)
         return out
     if rt.status_subresource:
-        out = json_copy(new)
+        out = dict(new)
         if "status" in old:
             out["status"] = json_copy(old["status"])
         else:
