@@ -90,6 +90,8 @@ log = logging.getLogger(__name__)
 
 #: Every request is reconciled at least this often even when nothing happens (a safety net, as informers resync).
 RESYNC = 60.0
+#: How long a rolled-back scale-up's claim is remembered after its last node is gone from the view.
+DEPARTING_GRACE = 60.0
 #: Delay before a status write that failed is tried again (doubling, up to a minute).
 WRITE_RETRY = 1.0
 
@@ -162,6 +164,9 @@ class Controller:
         self._releasing_for: dict[str, int] = {}
         #: Claims (``provider.claim``) of the tokens whose provider calls are running.
         self.obtaining: set[str] = set()
+        #: Claims of failed scale-ups that the provider rolled back -> when: their nodes may outlive the rollback
+        #: (on GKE a Node stays until the node lifecycle controller sees its VM gone), and are no free room.
+        self.departing: dict[str, float] = {}
         self.idle = IdleUnits()
         self.passes = 0
         self.pass_seconds = 0.0
@@ -537,8 +542,15 @@ class Controller:
     def _snapshot(self, now: float, units: Units) -> Any:
         coming = {node for claim in self.index.in_flight_claims(self.obtaining)
                   for node in self.view.by_claim.get(claim, ())}
+        # A rolled-back scale-up's nodes that are still registered are on their way out (found by the gke crash
+        # tests: a re-plan put pods on a deleted slice's nodes). A claim is forgotten once it has no node left and a
+        # watch event still in flight could no longer bring one back.
+        self.departing = {claim: since for claim, since in self.departing.items()
+                          if self.view.by_claim.get(claim) or now - since < DEPARTING_GRACE}
+        departing = {node for claim in self.departing for node in self.view.by_claim.get(claim, ())}
         return planning_snapshot(self.pools, self.view, units, self.index.holdings.values(), self.backoffs, now,
-                                 going=self.releasing | self.actuator.released, leaving=self.leaving, coming=coming)
+                                 going=self.releasing | self.actuator.released, leaving=self.leaving | departing,
+                                 coming=coming)
 
     def _scale_down(self, now: float) -> None:
         """Look again at the units a change touched; remove those unneeded for long enough (``scaledown``)."""
@@ -667,6 +679,7 @@ class Controller:
                 failures = [Failure(error, self._asked(record, error.pool), self._held_units(error.pool, st.key))
                             for error in result.failures]
                 st.record = None
+                self.departing.update(dict.fromkeys(map(self.view.claim, record.tokens), now))
                 for pool in scale_up_failed(st, failures, ctx):
                     self.metrics.backoff(pool, next(f.error.error_class.value for f in failures
                                                     if f.error.pool == pool))

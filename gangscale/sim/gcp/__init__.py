@@ -120,13 +120,14 @@ Simplified, and gaps (a provider must not rely on these)
   Stock is per ``(zone, machineType)`` and given back when a VM is deleted. No reservations, spot preemption,
   flex-start, DWS queueing order, repair, upgrades, autoscaler (``autoscaling`` is stored, never acted on), or
   cluster create/delete (clusters come from :meth:`FakeGcp.add_cluster`).
-- VMs: PROVISIONING → STAGING → RUNNING over ``boot_seconds``; a deleted VM is STOPPING for ``vm_delete_seconds``
-  and then gone (no TERMINATED). ``currentAction`` is CREATING until the VM runs (no VERIFYING, no
-  CREATING_WITHOUT_RETRIES, no instance health). Instance and MIG JSON are partial (no disks, networks, templates
-  or autoscaler resources served); compute timestamps are UTC with milliseconds and ``+00:00`` (GCE uses a
-  Pacific offset). Resize requests try all their VMs at once every ``retry_seconds``; they fail only through
-  ``resize_request_fail_after``; ``instances`` (named VMs) is accepted as well as ``resizeBy``; any MIG ``resize``
-  is refused while one is active, and their members cannot be deleted before they succeed.
+- VMs: PROVISIONING → STAGING → RUNNING over ``boot_seconds``; a deleted VM is STOPPING for ``vm_delete_seconds`` and
+  then gone (no TERMINATED); its Node is deleted when it is gone, or ``node_delete_seconds`` later (on GKE the cloud
+  node lifecycle controller deletes it once it notices the VM missing). ``currentAction`` is CREATING until the VM
+  runs (no VERIFYING, no CREATING_WITHOUT_RETRIES, no instance health). Instance and MIG JSON are partial (no disks,
+  networks, templates or autoscaler resources served); compute timestamps are UTC with milliseconds and ``+00:00``
+  (GCE uses a Pacific offset). Resize requests try all their VMs at once every ``retry_seconds``; they fail only
+  through ``resize_request_fail_after``; ``instances`` (named VMs) is accepted as well as ``resizeBy``; any MIG
+  ``resize`` is refused while one is active, and their members cannot be deleted before they succeed.
 - createInstances with a name in use: synchronous 409 (GCE may report it per instance). deleteInstances of an
   instance still CREATING removes it at once. No paging, ``filter`` or ``orderBy`` anywhere.
 - Links name the real hosts (``https://container.googleapis.com/v1/…``, ``https://www.googleapis.com/compute/v1/…``),

@@ -134,7 +134,8 @@ class Engine:
         return sum(1 for vm in self.state.pool_vms(pool) if not vm.never_ready) >= pool.ready_hosts
 
     def new_member(self, mig: Mig, *, owner: str | None = None, name: str | None = None) -> Member:
-        while name is None or name in mig.members or (mig.zone, name) in self.state.vms:
+        while name is None or name in mig.members or (mig.zone, name) in self.state.vms \
+                or name in self.state.node_deletions:
             name = f"{mig.base_instance_name}-{self.names.suffix()}"
         member = Member(name, owner=owner)
         mig.members[name] = member
@@ -166,7 +167,14 @@ class Engine:
         stock = self.faults.stock.get(key)
         if stock is not None:
             self.faults.stock[key] = stock + 1
-        self.actions.append(NodeAction(DELETE, vm.name, t))
+        if self.faults.node_delete_seconds > 0:
+            self.state.node_deletions[vm.name] = t + self.faults.node_delete_seconds
+        else:
+            self.actions.append(NodeAction(DELETE, vm.name, t))
+
+    def _delete_node(self, name: str, t: float) -> None:
+        self.state.node_deletions.pop(name, None)
+        self.actions.append(NodeAction(DELETE, name, t))
 
     def shrink(self, mig: Mig, size: int, t: float, *, gone_at: float | None = None) -> None:
         """Remove members down to ``size``: members without a VM first, then the newest VMs. Members of resize
@@ -281,6 +289,8 @@ class Engine:
                 yield vm.register_at, 5, partial(self._register, vm)
             elif vm.ready_at is not None:
                 yield vm.ready_at, 6, partial(self._ready, vm)
+        for name, due in list(self.state.node_deletions.items()):
+            yield due, 7, partial(self._delete_node, name)
 
     def next_due(self, now: float) -> float | None:
         """The earliest time at which something will happen by itself (None: nothing will)."""

@@ -74,6 +74,10 @@ class GcpFaults:
     ready_seconds: float = 0.0
     #: A VM being deleted (deleteInstances, resize down, setSize down) is STOPPING this long before it is gone.
     vm_delete_seconds: float = 0.0
+    #: A VM's Node is deleted this long after the VM is gone. On GKE it is the cloud node lifecycle controller that
+    #: deletes the Node once it sees the VM missing, so a Node outlives its VM (and the node pool delete operation)
+    #: by seconds or more.
+    node_delete_seconds: float = 0.0
     #: How often a MIG retries the instances it could not create yet (and resize requests try again).
     retry_seconds: float = 10.0
     #: The next stocked-out or not GPU/CPU node-pool create gets at most this many VMs, ever (its other VMs fail

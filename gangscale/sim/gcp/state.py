@@ -212,6 +212,8 @@ class CloudState:
     clusters: dict[tuple[str, str], Cluster] = field(default_factory=dict)
     migs: dict[tuple[str, str], Mig] = field(default_factory=dict)
     vms: dict[tuple[str, str], Vm] = field(default_factory=dict)
+    #: Node name -> when the Node of a VM that is gone is deleted (``GcpFaults.node_delete_seconds``).
+    node_deletions: dict[str, float] = field(default_factory=dict)
     container_ops: dict[str, ContainerOp] = field(default_factory=dict)
     compute_ops: dict[str, ComputeOp] = field(default_factory=dict)
     #: compute ``requestId`` → the operation it made.
