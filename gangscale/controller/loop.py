@@ -12,11 +12,12 @@ Life of the loop (DESIGN decisions 7, 12, 14):
 3. Then loop: wait for a change or a due time, and run one pass (:meth:`Controller.run_once`).
 
 A pass is level-triggered and proportional to what changed. Reflector handlers only note the names of the
-objects that changed; a background task's result is queued. The pass applies those (the cluster view is updated
-object by object, each demand source turns its changed objects into requests), reconciles exactly the requests
-that are dirty or due (:mod:`reconcile`), plans every pending gang that is due in one ``plan()`` call, chooses
-units to scale down when nodes, pods or bookings moved, starts the side effects (:mod:`effects`) and writes the
-status of every request that changed. Nothing outside the loop changes a request.
+objects that changed; a background task's result is queued (:mod:`tasks`). The pass applies those (the cluster
+view is updated object by object, each demand source turns its changed objects into requests), reconciles exactly
+the requests that are dirty or due (:mod:`reconcile`), plans every pending gang that is due in one ``plan()``
+call, chooses units to scale down when nodes, pods or bookings moved (:mod:`scaledowns`), starts the side effects
+(:mod:`effects`) and writes the status of every request that changed (:mod:`writer`). Nothing outside the loop
+changes a request: its helpers act only when the pass calls them, or when it hands them a task's result.
 
 Batching without waiting (:mod:`batching`): when the controller is idle, new demand is planned in the pass its
 event wakes. While scale-ups of earlier batches are calling the provider, requests ready to plan are held for the
@@ -37,19 +38,17 @@ batched (a gang forms later, never twice), unsent events and metrics (informatio
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol, overload
 
-from gangscale.aio import cancel_and_wait
-from gangscale.clock import Clock, Sleeps, SystemClock, counting_sleeps, wait_event
+from gangscale.clock import Clock, SystemClock, wait_event
 from gangscale.controller.actuator import Actuator, NotLeader, always
 from gangscale.controller.backoffs import PoolBackoffs
 from gangscale.controller.batching import Batching
 from gangscale.controller.demand import DemandSource
-from gangscale.controller.effects import Effects, Released, ScaledUp, Written
+from gangscale.controller.effects import Effects, Released, ScaledUp
 from gangscale.controller.indices import RequestIndex
 from gangscale.controller.planning import Units, gangs_of, planning_snapshot, rebook, units_of
 from gangscale.controller.prsource import ProvReqSource
@@ -60,29 +59,31 @@ from gangscale.controller.reconcile import (
     Context,
     Failure,
     Release,
-    deadline,
     decided,
     obtained,
     reconcile,
     scale_up_failed,
 )
 from gangscale.controller.recovery import recover_intents, release_orphans
-from gangscale.controller.report import backed_off_json, debug_document, pool_unit_states, request_document
+from gangscale.controller.report import debug_document, explain_document, export_gauges, record_plans
 from gangscale.controller.request import Phase, Request, RequestState, phase
-from gangscale.controller.scaledown import IdleUnits, unneeded
+from gangscale.controller.scaledown import IdleUnits
+from gangscale.controller.scaledowns import ScaleDowns
 from gangscale.controller.settings import Settings
 from gangscale.controller.snapshot import held, unit_count
+from gangscale.controller.tasks import Tasks
 from gangscale.controller.view import ClusterView
 from gangscale.controller.workqueue import WorkQueue
+from gangscale.controller.writer import StatusWriter
 from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, strip_managed_fields
 from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.kube.writes import EventRecorder
-from gangscale.model.decision import Decision, Outcome
+from gangscale.model.decision import Decision
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
-from gangscale.planner import explain, plan, summarize
+from gangscale.planner import plan
 from gangscale.providers.base import ErrorClass, NodePoolProvider, ProviderError
 from gangscale.timefmt import rfc3339
 
@@ -92,8 +93,6 @@ log = logging.getLogger(__name__)
 RESYNC = 60.0
 #: How long a rolled-back scale-up's claim is remembered after its last node is gone from the view.
 DEPARTING_GRACE = 60.0
-#: Delay before a status write that failed is tried again (doubling, up to a minute).
-WRITE_RETRY = 1.0
 
 
 class Leadership(Protocol):
@@ -157,8 +156,7 @@ class Controller:
         self.ready = False
         #: Every reflector has listed (a standby replica is synced but not ready to act).
         self.synced = False
-        #: Units being removed by scale-down, nodes of scale-ups being rolled back, tokens being obtained.
-        self.releasing: set[str] = set()
+        #: Nodes of scale-ups being rolled back.
         self.leaving: set[str] = set()
         #: Requests whose abandoned scale-up is being released (the number of releases in flight): not planned.
         self._releasing_for: dict[str, int] = {}
@@ -167,31 +165,37 @@ class Controller:
         #: Claims of failed scale-ups that the provider rolled back -> when: their nodes may outlive the rollback
         #: (on GKE a Node stays until the node lifecycle controller sees its VM gone), and are no free room.
         self.departing: dict[str, float] = {}
-        self.idle = IdleUnits()
         self.passes = 0
         self.pass_seconds = 0.0
         self.last_pass: float | None = None
         self.plans: dict[str, dict[str, Any]] = {}
-        self.scale_downs: list[dict[str, Any]] = []
         self._settled = asyncio.Event()
+        self.tasks = Tasks(on_done=self._task_done)
         self._init_indices()
+        self.scaledowns = ScaleDowns(self.view, self.pools, self.index, self.actuator, settings=s, metrics=self.metrics,
+                                     leaving=self.leaving, obtaining=self.obtaining, spawn=self.spawn)
+        self.writer = StatusWriter(self.states, self.sources, self.effects, self.queue, self.index, settings=s,
+                                   clock=self.clock, metrics=self.metrics, spawn=self.spawn, forget=self.forget)
 
     def _init_indices(self) -> None:
         self.index = RequestIndex(self._touch_nodes, self._touch_tokens, self.provider.claim)
         self._changed_nodes: set[str] = set()
         self._changed_pods: set[tuple[str, str]] = set()
-        self._results: list[tuple[Callable[[Any], None], Any]] = []
-        self._tasks: dict[asyncio.Task[Any], Sleeps] = {}
-        self._background: set[asyncio.Task[Any]] = set()
         self._freed = False
         self.batching = Batching(self.settings.batch_idle, self.settings.batch_max)
-        self._write_failures: dict[str, int] = {}
-        self._retry_write_at: dict[str, float] = {}
-        #: Units the actuator released, as the last pass saw them (their scale-down state changes).
-        self._released_seen: set[str] = set()
         self._resync_at = 0.0
         self._pass_now = 0.0
         self._failed: BaseException | None = None
+
+    @property
+    def idle(self) -> IdleUnits:
+        """The units scale-down finds unneeded, and since when (:attr:`ScaleDowns.idle`)."""
+        return self.scaledowns.idle
+
+    @property
+    def releasing(self) -> set[str]:
+        """The units being removed by scale-down (:attr:`ScaleDowns.releasing`)."""
+        return self.scaledowns.releasing
 
     # -- Host: what the demand sources may do ----------------------------------------------------------------------
 
@@ -228,8 +232,7 @@ class Controller:
         self.queue.forget(key)
         self.batching.forget(key)
         self.index.forget(key)
-        self._write_failures.pop(key, None)
-        self._retry_write_at.pop(key, None)
+        self.writer.drop(key)
         self.plans.pop(key, None)
         # Unless the scale-up itself is still running (its result releases what it obtained): a status write in
         # flight does not own the units, so they are released here (found by a test under load: the PR deleted
@@ -248,23 +251,11 @@ class Controller:
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str, then: Callable[[Any], None] | None = None) -> None:
         """A guarded background task: kept until done, cancelled when the loop stops. Its result (or exception)
         is handed to ``then`` by the loop, at the start of the next pass."""
-        sleeps = Sleeps()
-        task = asyncio.create_task(counting_sleeps(coro, sleeps), name=name)
-        self._tasks[task] = sleeps
+        self.tasks.spawn(coro, name, then)
 
-        def done(t: asyncio.Task[Any]) -> None:
-            self._tasks.pop(t, None)
-            if t.cancelled():
-                return
-            error = t.exception()
-            if error is not None and then is None:
-                log.error("background task %s failed", t.get_name(), exc_info=error)
-            if then is not None:
-                self._results.append((then, error if error is not None else t.result()))
-            self.wakeup.set()
-            self._settled.set()
-
-        task.add_done_callback(done)
+    def _task_done(self) -> None:
+        self.wakeup.set()
+        self._settled.set()
 
     def emit(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         if not self.settings.dry_run:
@@ -299,7 +290,7 @@ class Controller:
             for source in self.sources.values():
                 self.reflectors = (*self.reflectors, *await source.start())
             for reflector in self.reflectors:
-                self._run_background(reflector.run(), f"reflector {reflector.resource.plural}")
+                self.tasks.run_background(reflector.run(), f"reflector {reflector.resource.plural}")
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             self.synced = True
             if self.leader is not None and not self.leader.leading.is_set():
@@ -344,22 +335,10 @@ class Controller:
             await self.clock.sleep(delay)
             delay = min(self.settings.retry_max, delay * 2)
 
-    def _run_background(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
-        """A task that runs as long as the loop (a reflector): its failure is logged, it is cancelled at the end."""
-        task = asyncio.create_task(coro, name=name)
-        self._background.add(task)
-
-        def done(t: asyncio.Task[Any]) -> None:
-            self._background.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("background task %s failed", t.get_name(), exc_info=t.exception())
-
-        task.add_done_callback(done)
-
     async def aclose(self) -> None:
         for source in self.sources.values():
             await source.aclose()
-        await cancel_and_wait([*self._tasks, *self._background])
+        await self.tasks.aclose()
 
     def run_guarded(self) -> None:
         started = time.perf_counter()
@@ -382,7 +361,7 @@ class Controller:
     def _next_time(self, now: float) -> float:
         """The earliest time after ``now`` (the last pass's time) at which something is due. A time due by then
         was handled by that pass: waking for it again would spin."""
-        times = [self.queue.next_time(), self.idle.due(self.settings.scale_down_unneeded_time),
+        times = [self.queue.next_time(), self.scaledowns.due(),
                  self.batching.deadline() if self.batching.held else None,
                  *(source.next_wake() for source in self.sources.values()), self._resync_at or now + RESYNC]
         return min((t for t in times if t is not None and t > now), default=now + RESYNC)
@@ -395,12 +374,11 @@ class Controller:
     def busy_with(self) -> list[str]:
         """What keeps the controller from being :attr:`quiet` (for diagnostics)."""
         due = self.queue.next_time()
-        # A task waiting for a manual clock to be moved is not under way: it cannot move until time does.
-        running = [t for t, sleeps in self._tasks.items() if not sleeps.asleep]
+        running = self.tasks.running()
         reasons = [
             ("not ready", not self.ready), ("woken", self.wakeup.is_set()),
             (f"{len(running)} task(s): {sorted(t.get_name() for t in running)[:3]}", bool(running)),
-            (f"{len(self._results)} result(s)", bool(self._results)), ("dirty keys", self.queue.has_dirty),
+            (f"{len(self.tasks.results)} result(s)", bool(self.tasks.results)), ("dirty keys", self.queue.has_dirty),
             (f"due at {due}", due is not None and due <= self.clock.now())]
         return [text for text, busy in reasons if busy]
 
@@ -444,7 +422,7 @@ class Controller:
         now = self.clock.now() if now is None else now
         self._pass_now = now
         self.wakeup.clear()
-        for then, result in self._take_results():
+        for then, result in self.tasks.take_results():
             then(result)
         self._apply_cluster_changes()
         for source in self.sources.values():
@@ -476,13 +454,9 @@ class Controller:
         if to_plan:
             self._plan(to_plan, ctx, acts)
             self._refresh({st.key for st in to_plan})
-        self._scale_down(now)
+        self.scaledowns.scale_down(now)
         self._act(acts)
-        self._finish(touched, now)
-
-    def _take_results(self) -> list[tuple[Callable[[Any], None], Any]]:
-        results, self._results = self._results, []
-        return results
+        self.writer.finish(touched, now)
 
     def _apply_cluster_changes(self) -> None:
         nodes, self._changed_nodes = self._changed_nodes, set()
@@ -490,12 +464,12 @@ class Controller:
             touched = self.view.apply_node(name, self.nodes.get("", name))
             self.queue.mark_all(self.index.token_owner[c] for c in touched.claims if c in self.index.token_owner)
             self.queue.mark_all(self.index.booked_on.get(name, ()))
-            self.idle.mark(touched.units)
+            self.scaledowns.idle.mark(touched.units)
         pods, self._changed_pods = self._changed_pods, set()
         for key in pods:
             touched = self.view.apply_pod(key, self.pods.get(*key))
             self.queue.mark_all(k for k in touched.consumers if k in self.states)
-            self.idle.mark(touched.units)
+            self.scaledowns.idle.mark(touched.units)
 
     def _retry_waiting(self, ctx: Context, done: set[str], holding: bool) -> list[RequestState]:
         """Capacity was handed back: requests waiting out a retry backoff are planned now (or with the next
@@ -549,65 +523,8 @@ class Controller:
                           if self.view.by_claim.get(claim) or now - since < DEPARTING_GRACE}
         departing = {node for claim in self.departing for node in self.view.by_claim.get(claim, ())}
         return planning_snapshot(self.pools, self.view, units, self.index.holdings.values(), self.backoffs, now,
-                                 going=self.releasing | self.actuator.released, leaving=self.leaving | departing,
-                                 coming=coming)
-
-    def _scale_down(self, now: float) -> None:
-        """Look again at the units a change touched; remove those unneeded for long enough (``scaledown``)."""
-        released = self.actuator.released
-        # A unit released by the actuator is gone for scale-down; it is forgotten once its nodes are.
-        released.intersection_update(self.view.unit_pool)
-        self.idle.mark(released ^ self._released_seen)
-        self._released_seen = set(released)
-        self.idle.update(now, self._unneeded)
-        going = self.releasing | released
-
-        def count(pool: str) -> int:
-            units = self.view.units({pool: self.pools[pool]}).get(pool, {})
-            return unit_count(self.view, self.pools[pool], units, going, self.leaving)
-
-        for removal in self.idle.ripe(self.pools, count, now, self.settings.scale_down_unneeded_time):
-            broken = len(removal.nodes) < self.pools[removal.pool].nodes_per_unit
-            self.scale_downs = [*self.scale_downs[-49:], {
-                "at": rfc3339(now), "pool": removal.pool, "unit": removal.unit, "nodes": list(removal.nodes),
-                "idleSince": rfc3339(removal.idle_since), "dryRun": self.settings.dry_run}]
-            self.metrics.scaled(removal.pool, "down", 1)
-            log.info("scale down %s: unit %s (%s) %s since %s", removal.pool, removal.unit, ", ".join(removal.nodes),
-                     "missing hosts, empty" if broken else "empty", rfc3339(removal.idle_since),
-                     extra={"pool": removal.pool, "unit": removal.unit, "dry_run": self.settings.dry_run})
-            if not self.settings.dry_run:
-                self.idle.forget(removal.unit)
-                self.releasing.add(removal.unit)
-                self.spawn(self.actuator.release(removal.pool, [removal.unit], f"scale-down-{removal.unit}"),
-                           f"scale-down {removal.unit}", then=functools.partial(self._unit_gone, removal.unit))
-
-    def _unneeded(self, unit: str) -> tuple[str, tuple[str, ...], bool] | None:
-        """(pool, nodes, missing hosts) when ``unit`` may be scaled down: a unit of a managed pool that the provider
-        made, not being removed, with every node empty and protected by nothing."""
-        found = self.view.unit_nodes(unit)
-        if found is None or found[0] not in self.pools:
-            return None
-        pool, nodes = found
-        first = self.view.nodes[nodes[0]]
-        if first.unit is None or first.deleting or unit in self.releasing or unit in self.actuator.released:
-            return None
-        if not unneeded(nodes, empty=self.view.empty, protected=self._protected):
-            return None
-        return pool, nodes, len(nodes) < self.pools[pool].nodes_per_unit
-
-    def _protected(self, node: str) -> bool:
-        """Booked, being rolled back, or a node of a scale-up in progress (by token: a scale-up resumed after a
-        restart knows its nodes only once its obtain has returned)."""
-        if node in self.index.booked_nodes or node in self.leaving:
-            return True
-        claim = self.view.nodes[node].claim
-        return claim is not None and self.index.in_flight(claim, self.obtaining)
-
-    def _unit_gone(self, unit: str, result: object) -> None:
-        if isinstance(result, BaseException):
-            log.warning("could not scale down unit %s: %s", unit, result)
-        self.releasing.discard(unit)
-        self.idle.mark([unit])
+                                 going=self.scaledowns.releasing | self.actuator.released,
+                                 leaving=self.leaving | departing, coming=coming)
 
     # -- effects ----------------------------------------------------------------------------------------------------
 
@@ -673,7 +590,7 @@ class Controller:
             st.retry_at = now + max(self.settings.retry_initial, result.intent_error.retry_after or 0.0)
         else:
             if result.intent_body is not None:
-                self._observe_written(st, result.intent_body, now)
+                self.writer.observe_written(st, result.intent_body, now)
             ctx = Context(now, self.settings, self.pools, self.backoffs, self)
             if result.failures:
                 failures = [Failure(error, self._asked(record, error.pool), self._held_units(error.pool, st.key))
@@ -700,7 +617,7 @@ class Controller:
 
     def _held_units(self, pool: str, but: str) -> int:
         units = self.view.units(self.pools).get(pool, {})
-        count = unit_count(self.view, self.pools[pool], units, self.releasing, self.leaving)
+        count = unit_count(self.view, self.pools[pool], units, self.scaledowns.releasing, self.leaving)
         coming = sum(n for key, holding in self.index.holdings.items() if key != but for p, n in holding.inflight
                      if p == pool)
         return count + coming
@@ -729,81 +646,6 @@ class Controller:
             self.index.index(st)
         self.queue.mark(st.key)
 
-    # -- writes -----------------------------------------------------------------------------------------------------
-
-    def _finish(self, touched: set[str], now: float) -> None:
-        for key in touched:
-            st = self.states.get(key)
-            if st is None:
-                continue
-            self.index.index(st)
-            at = deadline(st, self.settings, now)
-            retry = self._retry_write_at.get(key)
-            if retry is not None:
-                at = retry if at is None or at <= now else min(at, retry)
-            self.queue.requeue(key, at if at is not None and at > now else None)
-            self._write(st, now)
-
-    def _write(self, st: RequestState, now: float) -> None:
-        if st.busy or st.deleted or self._retry_write_at.get(st.key, now) > now:
-            return
-        source = self.sources[st.request.source]
-        body = source.status(st)
-        key = repr(body)
-        if key == st.written and not st.events:
-            self._drop_if_finished(st)
-            return
-        events, st.events = st.events, []
-        source.note_events(st, events)
-        st.task = "write"
-        self.spawn(self.effects.write(source, st, body, key, events), f"write {st.key}",
-                   then=lambda result: self._written(st, result))
-
-    def _written(self, st: RequestState, result: Written | BaseException) -> None:
-        st.task = None
-        if isinstance(result, NotLeader):
-            log.warning("the status of %s was not written: %s", st.key, result)
-            return
-        if isinstance(result, BaseException):
-            log.error("writing the status of %s failed unexpectedly", st.key, exc_info=result)
-            self.queue.requeue(st.key, self.clock.now() + WRITE_RETRY)
-            return
-        if result.error is not None:
-            if result.error.not_found:
-                self.forget(st.key, f"its {st.request.kind} is gone")
-                return
-            # A 409 is retried like any failed write (see ``_scaled_up``): forgetting the request here would, on a
-            # conflict of the same object, leave it unserved and release a scale-up in progress. The server's
-            # Retry-After, when it sends one, is a floor.
-            failures = self._write_failures[st.key] = self._write_failures.get(st.key, 0) + 1
-            delay = max(min(60.0, WRITE_RETRY * 2 ** (failures - 1)), result.error.retry_after or 0.0)
-            log.warning("could not write the status of %s (retrying in %.0fs): %s", st.key, delay, result.error)
-            self._retry_write_at[st.key] = self.clock.now() + delay
-            self.queue.requeue(st.key, self._retry_write_at[st.key])
-            return
-        self._write_failures.pop(st.key, None)
-        self._retry_write_at.pop(st.key, None)
-        self._observe_written(st, result.body, self.clock.now())
-        self.queue.mark(st.key)  # anything that came due or changed while the write ran is handled now
-
-    def _observe_written(self, st: RequestState, body: str, now: float) -> None:
-        st.written = body
-        before = st.reported
-        st.reported = {ctype: (cond.status, cond.reason) for ctype, cond in st.conditions.items()}
-        for ctype, cond in st.conditions.items():
-            if before.get(ctype) != (cond.status, cond.reason):
-                self.metrics.outcome(st.request.class_name, cond.reason)
-                if ctype not in before:
-                    self.metrics.condition_latency(st.request.class_name, ctype, now - st.request.created)
-                log.info("%s: %s=%s (%s) %s", st.key, ctype, cond.status, cond.reason, cond.message,
-                         extra={"pr": st.key, "condition": ctype, "reason": cond.reason,
-                                "dry_run": self.settings.dry_run})
-
-    def _drop_if_finished(self, st: RequestState) -> None:
-        if st.request.forget_when_done and phase(st) is Phase.DONE and not st.busy:
-            key = st.key
-            self.forget(key, "done")
-
     # -- indices and counts -----------------------------------------------------------------------------------------
 
     def _refresh(self, keys: Iterable[str]) -> None:
@@ -815,7 +657,7 @@ class Controller:
 
     def _touch_nodes(self, nodes: Iterable[str]) -> None:
         """Scale-down looks at the units of these nodes again (their protection changed)."""
-        self.idle.mark(unit for node in nodes if (unit := self.view.unit_of(node)) is not None)
+        self.scaledowns.idle.mark(unit for node in nodes if (unit := self.view.unit_of(node)) is not None)
 
     def _touch_tokens(self, tokens: Iterable[str]) -> None:
         for token in tokens:
@@ -840,26 +682,13 @@ class Controller:
     # -- reporting --------------------------------------------------------------------------------------------------
 
     def _record_plans(self, decisions: Sequence[Decision], by_key: dict[str, RequestState], now: float) -> None:
-        dry = self.settings.dry_run
-        for d in decisions:
-            self.plans[d.gang] = {"at": rfc3339(now), "request": d.gang, "class": by_key[d.gang].request.class_name,
-                                  "outcome": d.outcome.value, "summary": summarize(d), "explain": explain(d),
-                                  "dryRun": dry}
-            if dry or d.outcome is not Outcome.FITS:
-                log.info("%s %s", "would" if dry and d.outcome is Outcome.SCALE_UP else "decided", explain(d),
-                         extra={"pr": d.gang, "outcome": d.outcome.value, "dry_run": dry})
-                if dry and d.outcome is Outcome.SCALE_UP:
-                    for step in d.steps:
-                        self.metrics.scaled(step.pool, "up", step.units)
+        record_plans(self.plans, decisions, by_key, now, dry_run=self.settings.dry_run, metrics=self.metrics)
 
     def _export_gauges(self) -> None:
         """The gauges, computed when they are read (``Metrics.on_render``)."""
-        self.metrics.set_leader(self.leader is None or self.leader.leading.is_set())
-        self.metrics.set_requests(dict(self.index.counts))
-        booked_requests = sum(n for (_, state), n in self.index.counts.items() if state == Phase.BOOKED.lower())
-        self.metrics.set_bookings(booked_requests)
-        self.metrics.set_backed_off(self.backoffs.active(self.clock.now()))
-        self.metrics.set_pool_units(pool_unit_states(self.view, self.pools, self.states.values()))
+        export_gauges(self.metrics, leading=self.leader is None or self.leader.leading.is_set(),
+                      counts=self.index.counts, backed_off=self.backoffs.active(self.clock.now()), view=self.view,
+                      pools=self.pools, states=self.states.values())
 
     @overload
     def debug_plans(self) -> dict[str, Any]: ...
@@ -869,18 +698,16 @@ class Controller:
 
     def debug_plans(self, pr: str | None = None) -> dict[str, Any] | None:
         """What ``GET /debug/plans`` shows (:func:`report.debug_document`); with ``pr`` (``namespace/name``), what
-        ``GET /debug/plans?pr=`` shows: that request's document (:func:`report.request_document`), None when the
+        ``GET /debug/plans?pr=`` shows: that request's document (:func:`report.explain_document`), None when the
         controller knows no such request."""
         now = self.clock.now()
         backed_off = self.backoffs.active(now)
         if pr is None:
             return debug_document(dry_run=self.settings.dry_run, passes=self.passes, last_pass=self.last_pass,
-                                  plans=self.plans, scale_downs=self.scale_downs, backed_off=backed_off,
+                                  plans=self.plans, scale_downs=self.scaledowns.history, backed_off=backed_off,
                                   states=self.states)
         st = self.states.get(pr)
         if st is None:
             return None
-        return {"dryRun": self.settings.dry_run, "passes": self.passes,
-                "lastPass": rfc3339(self.last_pass) if self.last_pass is not None else None,
-                **request_document(st, self.view, self.settings, now, self.plans.get(pr, {}).get("at")),
-                "backedOffPools": backed_off_json(backed_off)}
+        return explain_document(st, self.view, self.settings, now, passes=self.passes, last_pass=self.last_pass,
+                                decided_at=self.plans.get(pr, {}).get("at"), backed_off=backed_off)

@@ -1,6 +1,7 @@
-"""What the controller shows about itself, computed when somebody looks: the pool gauges and ``/debug/plans``.
+"""What the controller shows about itself: the pool gauges and ``/debug/plans``, and the decisions it keeps for them.
 
-Both walk every unit or request, so they run when ``/metrics`` or ``/debug/plans`` is read, never in a pass.
+Both walk every unit or request, so they run when ``/metrics`` or ``/debug/plans`` is read, never in a pass (a
+pass only keeps its decisions, :func:`record_plans`).
 ``/debug/plans?pr=NAMESPACE/NAME`` is one request's document (:func:`request_document`: phase, conditions, the
 latest decision with its per-pool reasons and hints, the scale-up in flight, the booking), which
 ``gangscale explain`` renders; ``gangscale explain --offline`` builds the same document from the cluster.
@@ -8,8 +9,9 @@ latest decision with its per-pool reasons and hints, the scale-up in flight, the
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gangscale.controller import conditions as C
@@ -18,13 +20,44 @@ from gangscale.controller.reconcile import deadline
 from gangscale.controller.request import Phase, RequestState, phase
 from gangscale.controller.settings import Settings
 from gangscale.controller.view import ClusterView
-from gangscale.model.decision import Decision, Hint, PoolReason
+from gangscale.model.decision import Decision, Hint, Outcome, PoolReason
 from gangscale.model.nodepool import NodePool
-from gangscale.planner import summarize
+from gangscale.observe.metrics import Metrics
+from gangscale.planner import explain, summarize
 from gangscale.timefmt import rfc3339
+
+log = logging.getLogger(__name__)
 
 #: Placements on existing nodes listed per decision in a request's document before the rest are counted.
 MAX_PLACEMENTS = 50
+
+
+def record_plans(plans: dict[str, dict[str, Any]], decisions: Sequence[Decision], by_key: Mapping[str, RequestState],
+                 now: float, *, dry_run: bool, metrics: Metrics) -> None:
+    """Keep a pass's decisions in ``plans`` (request -> its latest decision, as ``/debug/plans`` shows it) and log
+    those that change something (in a dry run, every one; the scale-ups it would make are counted)."""
+    for d in decisions:
+        plans[d.gang] = {"at": rfc3339(now), "request": d.gang, "class": by_key[d.gang].request.class_name,
+                         "outcome": d.outcome.value, "summary": summarize(d), "explain": explain(d),
+                         "dryRun": dry_run}
+        if dry_run or d.outcome is not Outcome.FITS:
+            log.info("%s %s", "would" if dry_run and d.outcome is Outcome.SCALE_UP else "decided", explain(d),
+                     extra={"pr": d.gang, "outcome": d.outcome.value, "dry_run": dry_run})
+            if dry_run and d.outcome is Outcome.SCALE_UP:
+                for step in d.steps:
+                    metrics.scaled(step.pool, "up", step.units)
+
+
+def export_gauges(metrics: Metrics, *, leading: bool, counts: Mapping[tuple[str, str], int],
+                  backed_off: Iterable[str], view: ClusterView, pools: Mapping[str, NodePool],
+                  states: Iterable[RequestState]) -> None:
+    """Set the gauges (``counts``: requests per (class, phase))."""
+    metrics.set_leader(leading)
+    metrics.set_requests(dict(counts))
+    booked_requests = sum(n for (_, state), n in counts.items() if state == Phase.BOOKED.lower())
+    metrics.set_bookings(booked_requests)
+    metrics.set_backed_off(backed_off)
+    metrics.set_pool_units(pool_unit_states(view, pools, states))
 
 
 def pool_unit_states(view: ClusterView, pools: Mapping[str, NodePool],
@@ -68,6 +101,17 @@ def debug_document(*, dry_run: bool, passes: int, last_pass: float | None, plans
                       "retryAt": rfc3339(st.retry_at) if st.retry_at else None}
                      for st in sorted(states.values(), key=lambda s: s.key)],
     }
+
+
+def explain_document(st: RequestState, view: ClusterView, settings: Settings, now: float, *, passes: int,
+                     last_pass: float | None, decided_at: str | None,
+                     backed_off: Mapping[str, PoolBackoff]) -> dict[str, Any]:
+    """What ``GET /debug/plans?pr=`` shows: the request's document (:func:`request_document`) and the controller's
+    state around it."""
+    return {"dryRun": settings.dry_run, "passes": passes,
+            "lastPass": rfc3339(last_pass) if last_pass is not None else None,
+            **request_document(st, view, settings, now, decided_at),
+            "backedOffPools": backed_off_json(backed_off)}
 
 
 def request_document(st: RequestState, view: ClusterView, settings: Settings, now: float,
