@@ -24,6 +24,9 @@ Reproduces the k8s.io/apimachinery ``managedfields`` manager chain over structur
 Not reproduced:
 
 * Version conversion: managers recorded at another apiVersion are compared at the current one.
+* An Update whose objects cannot be typed (an associative list with duplicate keys, say) keeps the live
+  managedFields, as ``UpdateNoErrors`` does, only when the untypable part changed: an unchanged subtree is not
+  walked (``Comparison.walk``). Newer servers tolerate duplicates in live objects and own such lists whole.
 * The 500 errors the real server returns for untyped failures carry ``reason: ""``; ``StatusError``
   serialises that empty reason instead of omitting it.
 * Name/namespace/uid checks happen where the caller calls ``validate_apply_body`` /

@@ -173,6 +173,11 @@ class Comparison:
         return out
 
     def walk(self, lhs: Any, rhs: Any, path: FieldPath) -> None:
+        # Most of an object is unchanged by a write: an equal subtree adds, modifies and removes nothing, and
+        # comparing it (``==`` in C first, then JSON's own equality, in which true is not 1) is far cheaper than
+        # walking it field by field.
+        if lhs is not MISSING and rhs is not MISSING and lhs == rhs and json_equal(lhs, rhs):
+            return
         kinds = {type(v) for v in (lhs, rhs) if v is not MISSING and v is not None}
         walked = len(kinds) == 1 and kinds <= {dict, list} and self._descend(lhs, rhs, path)
         if not path:
