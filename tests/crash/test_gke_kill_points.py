@@ -61,6 +61,8 @@ async def gke_cluster(workdir: Path) -> AsyncIterator[tuple[Cluster, FakeGcp]]:
         cluster.pools.write_text(POOLS)
         gcp = FakeGcp(SystemClock(), cluster.http, project=PROJECT)
         gcp.faults.ready_seconds = 0.3
+        # As on GKE, a Node outlives its deleted VM for a while (the node lifecycle controller removes it).
+        gcp.faults.node_delete_seconds = 0.5
         set_up(gcp, parse_pool_yaml(POOLS).pools)
         await gcp.start()
         try:
