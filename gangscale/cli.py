@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="how long each GKE operation runs (default 0)")
     gcp.add_argument("--ready-seconds", type=float, default=0.0,
                      help="how long a VM's Node takes to turn Ready after it registers (default 0)")
+    gcp.add_argument("--node-delete-seconds", type=float, default=0.0,
+                     help="how long a deleted VM's Node stays registered, as GKE's node lifecycle controller takes "
+                          "a while to remove it (default 0)")
     gcp.add_argument("--for", dest="duration", type=float, default=None,
                      help="stop after this many seconds instead of waiting for Ctrl-C")
     return p
@@ -318,6 +321,7 @@ async def _run_fake_gcp(args: argparse.Namespace) -> int:
     gcp = FakeGcp(SystemClock(), kube, project=project, port=args.port)
     gcp.faults.operation_seconds = args.operation_seconds
     gcp.faults.ready_seconds = args.ready_seconds
+    gcp.faults.node_delete_seconds = args.node_delete_seconds
     set_up(gcp, pools)
     try:
         try:

@@ -114,7 +114,8 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Path, int, Gcp]]:
         api = start("sim", "apiserver", "--port", "0", "--kubeconfig", str(kubeconfig), "--bookmark-interval", "1")
         procs.append(api)
         Lines(api).wait_for("stop with Ctrl-C")
-        fake = start("sim", "gcp", "--config", str(pools), "--kubeconfig", str(kubeconfig), "--ready-seconds", "1")
+        fake = start("sim", "gcp", "--config", str(pools), "--kubeconfig", str(kubeconfig), "--ready-seconds", "1",
+                      "--node-delete-seconds", "0.5")
         procs.append(fake)
         url = Lines(fake).wait_for("fake GCP listening on")[-1].split()[-1]
         host = url.removeprefix("http://")
