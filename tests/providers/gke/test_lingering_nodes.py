@@ -6,8 +6,8 @@ out has its first slice deleted by the provider; if the re-plan that follows too
 for free capacity, the gang would be told ``Provisioned=True`` on nodes about to vanish (found by
 ``tests/crash/test_gke_kill_points.py::…[during-the-rollback]``, intermittently).
 
-Through the real controller and the gke provider against the fake GKE, on a manual clock (see
-``test_not_ready``): the zone has stock for one slice only, so the 2-slice gang can never be had.
+Through the real controller and the gke provider against the fake GKE, on a manual clock
+(``tests.providers.gke.cluster``): the zone has stock for one slice only, so the 2-slice gang can never be had.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gangscale.kube.resources import EVENTS, NODES
+from tests.providers.gke.cluster import TPU_SELECTOR, cluster, fake, gang, gke_cluster, ours, provisioned
 from tests.providers.gke.harness import ZONE
-from tests.providers.gke.test_not_ready import TPU_SELECTOR, cluster, fake, gang, gke_cluster, ours, provisioned
 
 LINGER = 30.0
 
