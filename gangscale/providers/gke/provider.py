@@ -72,11 +72,12 @@ class GkeProvider:
                 raise from_http(exc, gp.name) from exc
 
     async def _check(self, gp: GkePool) -> None:
-        await self.http.container("GET", gp.cluster_path)
+        cluster = await self.http.container("GET", gp.cluster_path)
         if gp.mode == "slice":
+            self.slices.channels[gp.cluster_key] = str((cluster.get("releaseChannel") or {}).get("channel") or "")
             if gp.node_pool:
-                template = await self.http.container("GET", f"{gp.cluster_path}/nodePools/{gp.node_pool}")
-                self.slices.templates[gp.name] = dict(template.get("config") or {})
+                self.slices.templates[gp.name] = await self.http.container(
+                    "GET", f"{gp.cluster_path}/nodePools/{gp.node_pool}")
             return
         pool = await self.http.container("GET", f"{gp.cluster_path}/nodePools/{gp.node_pool}")
         if (pool.get("autoscaling") or {}).get("enabled"):

@@ -38,13 +38,19 @@ log = logging.getLogger(__name__)
 #: How long a rollback or release may take, beyond the obtain's deadline (deleting a pool takes minutes).
 CLEANUP_SECONDS = 1800.0
 FAILED_STATES = ("ERROR", "RUNNING_WITH_ERROR")
+#: NodeConfig fields of the template that a slice does not take from it: its own shape, labels and taints, and what
+#: GKE fills in itself (``effectiveCgroupMode`` is output only).
+NOT_COPIED = frozenset({"machineType", "labels", "taints", "accelerators", "reservationAffinity",
+                        "effectiveCgroupMode"})
 
 
 class Slices:
     def __init__(self, http: GcpHttp, waiter: Waiter, clock: Clock) -> None:
         self.http, self.waiter, self.clock = http, waiter, clock
-        #: Node config copied from each pool's template node pool (``gke.nodePool`` in slice mode).
+        #: Each pool's template node pool (``gke.nodePool`` in slice mode), as GKE answered it.
         self.templates: dict[str, JSON] = {}
+        #: Each cluster's release channel (``Cluster.releaseChannel.channel``; "" when it is in none).
+        self.channels: dict[tuple[str, str, str], str] = {}
 
     # -- obtain -----------------------------------------------------------------------------------------------------
 
@@ -77,15 +83,17 @@ class Slices:
         return [name for name in pools if labels.get(name, {}).get(TOKEN_LABEL) == token]
 
     def _body(self, gp: GkePool, token: str, index: int, count: int) -> JSON:
-        labels = {**self.templates.get(gp.name, {}).get("labels", {}), **gp.node_labels(),
+        template = self.templates.get(gp.name, {})
+        config = {key: value for key, value in (template.get("config") or {}).items() if key not in NOT_COPIED}
+        labels = {**(config.get("labels") or {}), **gp.node_labels(),
                   POOL_LABEL: gp.name, UNIT_LABEL: names.unit_name(token, index), TOKEN_LABEL: token,
                   names.SLOT_LABEL: names.slot(index, count)}
-        config = {key: value for key, value in self.templates.get(gp.name, {}).items()
-                  if key not in ("machineType", "labels", "taints", "accelerators", "reservationAffinity")}
         config.update({"machineType": gp.pool.machine_type, "labels": labels, "taints": gp.node_taints()})
         body: JSON = {"name": names.unit_name(token, index), "initialNodeCount": gp.pool.nodes_per_unit,
                       "locations": [gp.zone], "config": config,
-                      "management": {"autoRepair": True, "autoUpgrade": False}}
+                      "management": management(template.get("management"), self.channels.get(gp.cluster_key, ""))}
+        if template.get("upgradeSettings"):
+            body["upgradeSettings"] = template["upgradeSettings"]
         if gp.pool.tpu_topology:
             body["placementPolicy"] = {"type": "COMPACT", "tpuTopology": gp.pool.tpu_topology}
         return body
@@ -203,6 +211,19 @@ class Slices:
                 log.warning("gke: could not delete node pool %s: %s", name, exc)
                 ok = False
         return ok
+
+
+def management(template: JSON | None, channel: str) -> JSON:
+    """A slice's ``management``: the template pool's auto-repair and auto-upgrade (GKE's defaults, both on, without
+    a template), both on when the cluster is enrolled in a release channel. GKE refuses a node pool with either off
+    in such a cluster (``ReleaseChannel``: "Node auto-upgrade defaults to true and cannot be disabled", container
+    v1 discovery document; the refusal's text: ``research/cloud-providers.md`` §1.9), and new clusters are enrolled
+    in REGULAR by default (``Cluster.releaseChannel``). Only the two settable fields are copied."""
+    found = template or {}
+    out = {"autoRepair": bool(found.get("autoRepair", True)), "autoUpgrade": bool(found.get("autoUpgrade", True))}
+    if channel and channel != "UNSPECIFIED":
+        out = {"autoRepair": True, "autoUpgrade": True}
+    return out
 
 
 def _pool_problem(pool: JSON) -> str:

@@ -7,6 +7,7 @@ then the regional quota (403); only then is anything changed.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gangscale.model.catalog import tpu_hosts
@@ -259,7 +260,35 @@ def parse_pool(body: JSON, cluster: Cluster) -> PoolSpec:
     autoscaling = parse_autoscaling(raw["autoscaling"]) if "autoscaling" in raw else {}
     extra = {key: raw[key] for key in _ECHOED if key in raw}
     return PoolSpec(name, config, count, list(locations), machine, placement, topology, hosts, autoscaling,
-                    dict(raw.get("management") or {}), extra)
+                    _management(raw.get("management"), cluster), extra)
+
+
+def _management(raw: Any, cluster: Cluster) -> JSON:
+    """``NodeManagement``, GKE's defaults (auto-repair and auto-upgrade on) filled in. A cluster enrolled in a
+    release channel refuses either off: "Node auto-upgrade defaults to true and cannot be disabled" (the container v1
+    discovery document's ``ReleaseChannel``); the 400 text is VERBATIM from reports of it
+    (``research/cloud-providers.md`` §1.9)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise E.invalid("Invalid value at 'node_pool.management': expected an object.")
+    for key in ("autoRepair", "autoUpgrade"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise E.invalid(f"Invalid value at 'node_pool.management.{_snake(key)}' (TYPE_BOOL), "
+                            f"{json.dumps(raw[key])}")
+    out = {"autoRepair": raw.get("autoRepair", True), "autoUpgrade": raw.get("autoUpgrade", True),
+           **{k: v for k, v in raw.items() if k not in ("autoRepair", "autoUpgrade")}}
+    channel = cluster.release_channel
+    if channel and channel != "UNSPECIFIED":
+        off = " and ".join(name for name, key in (("auto_upgrade", "autoUpgrade"), ("auto_repair", "autoRepair"))
+                           if out[key] is False)
+        if off:
+            raise E.invalid(f"{off.capitalize()} cannot be false when release_channel {channel} is set.")
+    return out
+
+
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
 
 
 def _config(raw: Any) -> JSON:

@@ -69,6 +69,7 @@ def cluster(links: Links, found: Cluster) -> JSON:
         "currentNodeVersion": GKE_VERSION,
         "createTime": container_time(found.created_at),
         "nodePools": [node_pool(links, pool) for pool in found.pools.values()],
+        **({"releaseChannel": {"channel": found.release_channel}} if found.release_channel else {}),
     }
 
 

@@ -139,10 +139,13 @@ class FakeGcp:
 
     # --- set-up helpers ---------------------------------------------------------------------------------
 
-    def add_cluster(self, location: str, name: str, zones: Sequence[str]) -> Cluster:
+    def add_cluster(self, location: str, name: str, zones: Sequence[str], *,
+                    release_channel: str = "REGULAR") -> Cluster:
+        """A cluster; in the REGULAR release channel unless told otherwise ("" for none), as GKE enrolls a new
+        cluster by default (``Cluster.releaseChannel`` in the container v1 discovery document)."""
         if not zones:
             raise ValueError("a cluster needs at least one zone")
-        cluster = Cluster(location, name, list(zones), self.clock.now())
+        cluster = Cluster(location, name, list(zones), self.clock.now(), release_channel)
         self.state.clusters[(location, name)] = cluster
         return cluster
 
@@ -150,11 +153,14 @@ class FakeGcp:
                       zones: Sequence[str] | None = None, node_count_per_zone: int = 0,
                       labels: Mapping[str, str] | None = None, taints: Sequence[Mapping[str, str]] | None = None,
                       tpu_topology: str = "", autoscaling_enabled: bool = False,
-                      accelerators: Sequence[Mapping[str, Any]] | None = None, spot: bool = False) -> NodePool:
+                      accelerators: Sequence[Mapping[str, Any]] | None = None, spot: bool = False,
+                      extra: Mapping[str, Any] | None = None) -> NodePool:
         """A node pool that already exists (RUNNING, its VMs up and their Nodes Ready as soon as registered).
 
         ``cluster`` is ``"projects/P/locations/L/clusters/C"`` or ``(L, C)``; taint effects may be GKE's
-        (``NO_SCHEDULE``) or Kubernetes' (``NoSchedule``). Invalid arguments raise ValueError with GKE's message.
+        (``NO_SCHEDULE``) or Kubernetes' (``NoSchedule``); ``extra`` holds other NodePool fields of the create request
+        (``management``, ``upgradeSettings``, ``queuedProvisioning``, …) and ``config`` fields under its ``config`` key.
+        Invalid arguments raise ValueError with GKE's message.
         """
         location, cluster_name = cluster if isinstance(cluster, tuple) else _cluster_path(cluster)
         found = self.state.cluster(location, cluster_name)
@@ -170,6 +176,11 @@ class FakeGcp:
             config["spot"] = True
         body: JSON = {"name": name, "initialNodeCount": node_count_per_zone, "config": config,
                       "locations": list(zones or found.zones)}
+        for key, value in (extra or {}).items():
+            if key == "config":
+                config.update(value)
+            else:
+                body[key] = value
         if tpu_topology:
             body["placementPolicy"] = {"type": "COMPACT", "tpuTopology": tpu_topology}
         if autoscaling_enabled:

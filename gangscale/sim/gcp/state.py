@@ -163,6 +163,8 @@ class Cluster:
     name: str
     zones: list[str]
     created_at: float
+    #: ``releaseChannel.channel``; "" for a cluster in no channel (a static version).
+    release_channel: str = "REGULAR"
     pools: dict[str, NodePool] = field(default_factory=dict)
 
 
