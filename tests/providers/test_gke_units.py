@@ -13,7 +13,7 @@ from gangscale.providers.base import ErrorClass, NodeRef
 from gangscale.providers.gke import names
 from gangscale.providers.gke.client import GcpError, _error, _seconds
 from gangscale.providers.gke.discover import _pools_of, _refusal
-from gangscale.providers.gke.errors import from_compute_errors, from_http, from_text
+from gangscale.providers.gke.errors import from_compute_errors, from_http, from_pool, from_text
 from gangscale.providers.gke.provider import GkeProvider
 
 STOCKOUT_TEXT = ("Google Compute Engine: Not all instances running in IGM after 35m4.033429035s. Expected 5, "
@@ -88,6 +88,27 @@ def test_operation_failures_are_classified_by_their_text(text: str, error_class:
 def test_compute_error_codes_are_classified(codes: list[str], error_class: ErrorClass, code: str) -> None:
     error = from_compute_errors([{"code": c, "message": "m"} for c in codes], "gpu", rolled_back=False)
     assert (error.error_class, error.code, error.rolled_back) == (error_class, code, False)
+
+
+@pytest.mark.parametrize(("pool", "error_class"), [
+    ({"status": "ERROR", "conditions": [{"canonicalCode": "RESOURCE_EXHAUSTED", "message": "no capacity"}]},
+     ErrorClass.STOCKOUT),
+    ({"status": "ERROR", "conditions": [{"canonicalCode": "RESOURCE_EXHAUSTED", "message": QUOTA_TEXT}]},
+     ErrorClass.QUOTA),
+    ({"status": "ERROR", "conditions": [{"code": "GCE_STOCKOUT", "message": "x"}]}, ErrorClass.STOCKOUT),
+    ({"status": "ERROR", "conditions": [{"code": "GCE_QUOTA_EXCEEDED", "message": "x"}]}, ErrorClass.QUOTA),
+    ({"status": "ERROR", "statusMessage": STOCKOUT_TEXT}, ErrorClass.STOCKOUT),
+    ({"status": "ERROR", "conditions": [{"canonicalCode": "PERMISSION_DENIED", "message": "no access"}]},
+     ErrorClass.PERMANENT),
+], ids=["canonical-stockout", "canonical-quota-text", "deprecated-code-stockout", "deprecated-code-quota",
+        "deprecated-status-message", "other"])
+def test_a_failed_pool_is_classified_by_current_fields_then_deprecated_ones(
+        pool: dict[str, object], error_class: ErrorClass) -> None:
+    error = from_pool(pool, "tpu")
+    assert error.error_class is error_class
+    conditions = pool.get("conditions")
+    if isinstance(conditions, list) and "canonicalCode" in conditions[0]:
+        assert error.message.startswith(f"[{conditions[0]['canonicalCode']}]: ")
 
 
 def test_the_error_envelope_and_retry_after_are_read() -> None:

@@ -15,6 +15,12 @@ reports a stockout only in text ("[GCE_STOCKOUT]", "does not have enough resourc
   the cluster, pool or MIG, ``PERMISSIONS_ERROR``, ``IP_SPACE_EXHAUSTED``, ``CONDITION_NOT_MET``.
 
 A 409 on create and a 404 on delete are not errors: the caller adopts the object or counts it as gone.
+
+Current fields come first, the deprecated ones only as a fallback (the container v1 discovery document marks
+``Operation.statusMessage``, ``NodePool.statusMessage`` and ``StatusCondition.code`` deprecated;
+``StatusCondition.canonicalCode`` replaces the last): an operation's ``error`` before its ``statusMessage``
+(:func:`gangscale.providers.gke.operations.operation_error`), a node pool's ``conditions[].message`` and
+``canonicalCode`` before ``conditions[].code`` and ``statusMessage`` (:func:`from_pool`).
 """
 
 from __future__ import annotations
@@ -72,3 +78,22 @@ def from_compute_errors(errors: Iterable[Mapping[str, Any]], pool: str, *, rolle
 
 def _code(exc: GcpError) -> str:
     return exc.status if exc.http_status else "UNAVAILABLE"
+
+
+def from_pool(pool: Mapping[str, Any], name: str, *, rolled_back: bool = True) -> ProviderError:
+    """A node pool that is not RUNNING once its create is done, by its conditions: a quota marker in a message (or
+    the deprecated code ``GCE_QUOTA_EXCEEDED``) is quota; a stockout marker, ``canonicalCode: RESOURCE_EXHAUSTED``
+    or the deprecated code ``GCE_STOCKOUT`` is a stockout; anything else goes by the text."""
+    conditions = [c for c in pool.get("conditions") or [] if isinstance(c, Mapping)]
+    messages = [str(c.get("message") or "") for c in conditions]
+    canonical = {str(c.get("canonicalCode") or "") for c in conditions}
+    legacy = {str(c.get("code") or "") for c in conditions}
+    text = "; ".join(f"[{c.get('canonicalCode') or c.get('code') or 'UNKNOWN'}]: {m}"
+                     for c, m in zip(conditions, messages, strict=True))
+    text = text or str(pool.get("statusMessage") or f"node pool {pool.get('name')} is {pool.get('status', '?')}")
+    if any(marker in m for m in messages for marker in QUOTA_MARKERS) or "GCE_QUOTA_EXCEEDED" in legacy:
+        return ProviderError(ErrorClass.QUOTA, "GCE_QUOTA_EXCEEDED", text, pool=name, rolled_back=rolled_back)
+    if any(marker in m for m in messages for marker in STOCKOUT_MARKERS) or "RESOURCE_EXHAUSTED" in canonical \
+            or "GCE_STOCKOUT" in legacy:
+        return ProviderError(ErrorClass.STOCKOUT, "GCE_STOCKOUT", text, pool=name, rolled_back=rolled_back)
+    return from_text(text, name, rolled_back=rolled_back)

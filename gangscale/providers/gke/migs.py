@@ -186,16 +186,18 @@ class Migs:
                                 f"not every VM of {', '.join(unit_ids)} could be deleted", pool=gp.name)
 
     async def _delete(self, gp: GkePool, vms: Sequence[str], token: str, deadline: float) -> bool:
-        """Delete these VMs (one that is gone counts as deleted) and the token's resize request; True if done."""
+        """Delete these VMs (one that is gone counts as deleted) and, in ``resize-request`` mode, the resize requests
+        that made them once none of their VMs is left; True if done. What made a VM is found from the VM's own name
+        (``gs-<claim>-<i>`` was made by the request ``gs-<claim>``), so a release by unit, whatever token names it,
+        leaves no request behind."""
         group = self.group(gp)
-        zone_path = group.split("/instanceGroupManagers/")[0]
         try:
-            present = {str(mi.get("name")) for mi in await self._instances(group)}
-            doomed = [vm for vm in vms if vm in present]
+            present = {str(mi.get("name")): mi for mi in await self._instances(group)}
+            doomed = [vm for vm in vms if vm in present and present[vm].get("currentAction") != "DELETING"]
             if doomed:
                 op = await self.http.compute(
                     "POST", f"{group}/deleteInstances",
-                    body={"instances": [f"{zone_path}/instances/{vm}" for vm in doomed],
+                    body={"instances": [instance_url(present[vm], group) for vm in doomed],
                           "skipInstancesOnValidationError": True},
                     params={"requestId": names.request_id(token, "delete:" + ",".join(sorted(doomed)))})
                 op = await self.waiter.compute(op, deadline)
@@ -203,16 +205,26 @@ class Migs:
                     log.warning("gke: deleting VMs %s failed: %s", doomed, errors)
                     return False
             if gp.mode == "resize-request":
-                await self._delete_request(f"{group}/resizeRequests/{names.resize_request_name(token)}", token,
-                                           deadline)
+                await self._delete_requests(group, vms, token, deadline)
         except (GcpError, OperationTimeout) as exc:
             log.warning("gke: could not delete VMs %s of %s: %s", list(vms), gp.node_pool, exc)
             return False
         return True
 
+    async def _delete_requests(self, group: str, vms: Sequence[str], token: str, deadline: float) -> None:
+        """Delete the resize request of each claim among ``vms`` that has no VM left (those being deleted count as
+        gone)."""
+        claims = {claim for vm in vms if (claim := names.claim_of(vm)) is not None}
+        if not claims:
+            return
+        left = {names.claim_of(str(mi.get("name", ""))) for mi in await self._instances(group)
+                if mi.get("currentAction") != "DELETING"}
+        for claim in sorted(claims - left):
+            await self._delete_request(f"{group}/resizeRequests/{names.PREFIX}{claim}", token, deadline)
+
     async def _delete_request(self, url: str, token: str, deadline: float) -> None:
         try:
-            op = await self.http.compute("DELETE", url, params={"requestId": names.request_id(token, "delete-rr")})
+            op = await self.http.compute("DELETE", url, params={"requestId": names.request_id(token, f"delete:{url}")})
         except GcpError as exc:
             if exc.not_found:
                 return
@@ -222,3 +234,13 @@ class Migs:
 
 def group_path(url: str) -> str:
     return compute_path(url)
+
+
+def instance_url(managed: JSON, group: str) -> str:
+    """How ``deleteInstances`` names a VM: its full URL as ``listManagedInstances`` gave it, else the partial
+    ``zones/Z/instances/N`` (the forms the compute v1 discovery document gives for the field)."""
+    url = str(managed.get("instance") or "")
+    if url.startswith("https://"):
+        return url
+    zone = group.split("/zones/", 1)[1].split("/", 1)[0]
+    return f"zones/{zone}/instances/{managed.get('name')}"

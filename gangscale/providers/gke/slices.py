@@ -29,7 +29,7 @@ from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtain
 from gangscale.providers.gke import names
 from gangscale.providers.gke.calls import timed_out, while_busy, with_rollback
 from gangscale.providers.gke.client import GcpError, GcpHttp
-from gangscale.providers.gke.errors import from_http, from_text
+from gangscale.providers.gke.errors import from_http, from_pool, from_text
 from gangscale.providers.gke.operations import OperationTimeout, Waiter, compute_path, operation_error
 from gangscale.providers.gke.pools import GkePool
 
@@ -37,7 +37,6 @@ JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 #: How long a rollback or release may take, beyond the obtain's deadline (deleting a pool takes minutes).
 CLEANUP_SECONDS = 1800.0
-FAILED_STATES = ("ERROR", "RUNNING_WITH_ERROR")
 #: NodeConfig fields of the template that a slice does not take from it: its own shape, labels and taints, and what
 #: GKE fills in itself (``effectiveCgroupMode`` is output only).
 NOT_COPIED = frozenset({"machineType", "labels", "taints", "accelerators", "reservationAffinity",
@@ -120,7 +119,7 @@ class Slices:
         except GcpError as exc:
             raise from_http(exc, gp.name, rolled_back=False) from exc
         if pool.get("status") != "RUNNING":
-            raise from_text(_pool_problem(pool), gp.name)
+            raise from_pool(pool, gp.name)
         return pool
 
     async def _adopt(self, gp: GkePool, name: str, token: str) -> JSON | None:
@@ -224,9 +223,3 @@ def management(template: JSON | None, channel: str) -> JSON:
     if channel and channel != "UNSPECIFIED":
         out = {"autoRepair": True, "autoUpgrade": True}
     return out
-
-
-def _pool_problem(pool: JSON) -> str:
-    conditions = [f"[{c.get('code', '')}]: {c.get('message', '')}" for c in pool.get("conditions") or []]
-    status = pool.get("status", "?")
-    return "; ".join(conditions) or str(pool.get("statusMessage") or f"node pool {pool.get('name')} is {status}")

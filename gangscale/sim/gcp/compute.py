@@ -194,18 +194,39 @@ class ComputeAPI:
             raise E.invalid("Required field 'instances' not specified")
         skip = bool(body.get("skipInstancesOnValidationError", False))
         chosen: list[Member] = []
-        for url in urls:
-            parsed = parse_instance_url(url) if isinstance(url, str) else None
-            member = mig.members.get(parsed[2]) if parsed is not None and parsed[1] == mig.zone else None
+        for i, name in enumerate(self._instance_names(mig, urls)):
+            member = mig.members.get(name) if name is not None else None
             if member is None or member.owner not in (None, "slice"):
                 if skip:
                     continue
-                raise E.invalid(f"Invalid value for field 'instances': '{url}'. The instance is not a member of "
+                raise E.invalid(f"Invalid value for field 'instances': '{urls[i]}'. The instance is not a member of "
                                 f"the managed instance group '{mig.name}'.")
             chosen.append(member)
         for member in chosen:
             self.engine.delete_member(mig, member, req.now)
         return self._op("compute.instanceGroupManagers.deleteInstances", mig, request_id, req)
+
+    def _instance_names(self, mig: Mig, refs: list[Any]) -> list[str | None]:
+        """The instance name each entry of ``instances[]`` names (None: one of another zone). The entries are full or
+        partial URLs, or names (queued instances have only a name), never both kinds in one request
+        (``InstanceGroupManagersDeleteInstancesRequest.instances``); anything else is malformed, which
+        ``skipInstancesOnValidationError`` does not skip (that flag covers instances that are not members)."""
+        names: list[str | None] = []
+        kinds = set()
+        for i, ref in enumerate(refs):
+            if isinstance(ref, str) and valid_compute_name(ref):
+                kinds.add("name")
+                names.append(ref)
+                continue
+            parsed = parse_instance_url(ref) if isinstance(ref, str) else None
+            if parsed is None or parsed[0] not in (None, self.state.project, self.state.project_number):
+                raise E.invalid(f"Invalid value for field 'resource.instances[{i}]': '{ref}'. The URL is malformed.")
+            kinds.add("url")
+            names.append(parsed[2] if parsed[1] == mig.zone else None)
+        if len(kinds) > 1:
+            raise E.invalid("Invalid value for field 'resource.instances': one cannot specify both instance URLs and "
+                            "instance names in a single request.")
+        return names
 
     def get_instance(self, req: Req) -> tuple[int, JSON]:
         self._project(req)

@@ -124,19 +124,19 @@ class Links:
         return base if pool is None else f"{base}/nodePools/{pool}"
 
 
-_INSTANCE_PATH = re.compile(r"(?:^|/)projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$")
-_PARTIAL_INSTANCE_PATH = re.compile(r"^zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$")
+#: An instance reference as Compute Engine takes one in a request (``InstanceGroupManagersDeleteInstancesRequest``:
+#: "a full URL or a partial URL, such as zones/[ZONE]/instances/[INSTANCE_NAME]"): a full URL on either of the API's
+#: hosts, or a partial one starting at ``projects/`` or ``zones/`` — never at ``/``.
+_INSTANCE_URL = re.compile(r"^(?:https://(?:www|compute)\.googleapis\.com/compute/(?:v1|beta|alpha)/)?"
+                           r"(?:projects/(?P<project>[^/]+)/)?zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)$")
 
 
 def parse_instance_url(url: str) -> tuple[str | None, str, str] | None:
     """``(project or None, zone, name)`` of a full or partial instance URL, or None if it is not one."""
-    match = _INSTANCE_PATH.search(url)
-    if match:
-        return match["project"], match["zone"], match["name"]
-    match = _PARTIAL_INSTANCE_PATH.match(url)
-    if match:
-        return None, match["zone"], match["name"]
-    return None
+    match = _INSTANCE_URL.match(url)
+    if match is None or (match["project"] is None and not url.startswith("zones/")):
+        return None
+    return match["project"], match["zone"], match["name"]
 
 
 class Names:

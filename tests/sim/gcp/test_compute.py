@@ -231,3 +231,40 @@ async def test_zone_operation_wait_holds_until_done_or_the_hold_passes(gcp: Fake
     assert (second.body["status"], second.body["progress"], "endTime" in second.body) == ("DONE", 100, True)
     got = (await client.get(f"{OPS}/{op['name']}")).body
     assert got == second.body
+
+
+@pytest.mark.parametrize(("reference", "deleted"), [
+    (f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{ZONE_A}/instances/gs-a", True),
+    (f"https://compute.googleapis.com/compute/v1/projects/{PROJECT}/zones/{ZONE_A}/instances/gs-a", True),
+    (f"projects/{PROJECT}/zones/{ZONE_A}/instances/gs-a", True),
+    (f"zones/{ZONE_A}/instances/gs-a", True),
+    ("gs-a", True),
+    (f"/projects/{PROJECT}/zones/{ZONE_A}/instances/gs-a", False),
+    (f"https://example.com/compute/v1/projects/{PROJECT}/zones/{ZONE_A}/instances/gs-a", False),
+    (f"projects/{PROJECT}/zones/{ZONE_A}/instances/", False),
+], ids=["full-url", "full-url-compute-host", "partial-project", "partial-zone", "name", "leading-slash",
+        "other-host", "no-name"])
+async def test_delete_instances_takes_the_documented_reference_forms_only(
+        gcp: FakeGcp, client: Client, reference: str, deleted: bool) -> None:
+    """Full or partial URLs, or names; a malformed one is refused even with ``skipInstancesOnValidationError``
+    (which skips non-members, not malformed references)."""
+    gcp.add_node_pool((REGION, "c1"), "cpu", machine_type="e2-standard-4", zones=[ZONE_A])
+    mig = compute_path((await client.pool("cpu"))["instanceGroupUrls"][0])
+    assert (await client.post(f"{mig}/createInstances", {"instances": [{"name": "gs-a"}]})).status == 200
+    resp = await client.post(f"{mig}/deleteInstances", {"instances": [reference],
+                                                        "skipInstancesOnValidationError": True})
+    if deleted:
+        assert resp.status == 200, resp.text
+        assert (await client.get(mig)).body.get("targetSize", 0) == 0
+    else:
+        assert (resp.status, resp.error["message"]) == (
+            400, f"Invalid value for field 'resource.instances[0]': '{reference}'. The URL is malformed.")
+        assert (await client.get(mig)).body["targetSize"] == 1
+
+
+async def test_delete_instances_refuses_names_and_urls_together(gcp: FakeGcp, client: Client) -> None:
+    gcp.add_node_pool((REGION, "c1"), "cpu", machine_type="e2-standard-4", zones=[ZONE_A])
+    mig = compute_path((await client.pool("cpu"))["instanceGroupUrls"][0])
+    assert (await client.post(f"{mig}/createInstances", {"instances": [{"name": "a"}, {"name": "b"}]})).status == 200
+    mixed = await client.post(f"{mig}/deleteInstances", {"instances": ["a", f"zones/{ZONE_A}/instances/b"]})
+    assert mixed.status == 400 and "both instance URLs and instance names" in mixed.error["message"]
