@@ -91,6 +91,7 @@ async def serve(options: RunOptions) -> int:
     provider: NodePoolProvider
     if options.provider == "gke":
         provider = GkeProvider(options.pool_file.pools, clock, fence=fence,
+                               user_agent=user_agent("gangscale", options.lease),
                                endpoints=endpoints_from(options.gke_container_endpoint, options.gke_compute_endpoint))
     else:
         # The simulated cloud registers nodes under its own name, as a real cloud's kubelets would: audit logs

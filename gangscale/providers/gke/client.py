@@ -66,8 +66,11 @@ def changes(method: str, url: str) -> bool:
 
 class GcpHttp:
     def __init__(self, tokens: TokenSource, endpoints: Endpoints | None = None,
-                 session: aiohttp.ClientSession | None = None, fence: Fence = unfenced) -> None:
+                 session: aiohttp.ClientSession | None = None, fence: Fence = unfenced,
+                 user_agent: str = "gangscale") -> None:
         self.tokens = tokens
+        #: Sent as ``User-Agent``: the cloud's audit logs (and the fakes' request logs) tell the replicas apart.
+        self.user_agent = user_agent
         #: Asked before every call that may change something (:func:`changes`): see ``gangscale.providers.base.Fence``.
         self.fence = fence
         self.endpoints = endpoints or Endpoints()
@@ -102,7 +105,7 @@ class GcpHttp:
                     params: Mapping[str, str] | None) -> JSON:
         self.calls.append((method, url))
         session = await self._get_session()
-        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json", "User-Agent": self.user_agent}
         try:
             async with session.request(method, url, json=body, params=dict(params or {}), headers=headers,
                                        timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT)) as resp:

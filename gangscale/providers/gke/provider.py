@@ -45,13 +45,14 @@ class GkeProvider:
     name = "gke"
 
     def __init__(self, pools: Sequence[NodePool], clock: Clock, *, tokens: TokenSource | None = None,
-                 endpoints: Endpoints | None = None, poll_interval: float = 2.0, fence: Fence = unfenced) -> None:
+                 endpoints: Endpoints | None = None, poll_interval: float = 2.0, fence: Fence = unfenced,
+                 user_agent: str = "gangscale") -> None:
         self.clock = clock
         self.pools = gke_pools({pool.name: pool for pool in pools})
         missing = sorted(pool.name for pool in pools if pool.name not in self.pools)
         if missing:
             raise ValueError(f"the gke provider needs a gke: block on every pool; missing on {', '.join(missing)}")
-        self.http = GcpHttp(tokens or GoogleAuthTokens(), endpoints, fence=fence)
+        self.http = GcpHttp(tokens or GoogleAuthTokens(), endpoints, fence=fence, user_agent=user_agent)
         waiter = Waiter(self.http, clock, interval=poll_interval)
         self.slices = Slices(self.http, waiter, clock)
         self.migs = Migs(self.http, waiter, clock)

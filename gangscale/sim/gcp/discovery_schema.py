@@ -26,7 +26,8 @@ INT_RANGES = {
 }
 _DECIMAL = re.compile(r"-?[0-9]+")
 _DURATION = re.compile(r"-?[0-9]+(\.[0-9]{1,9})?s")
-_DATETIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})")
+_DATETIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+                       r"([Zz]|[+-][0-9]{2}:[0-9]{2})")
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]*={0,2}")
 _OUTPUT_ONLY = re.compile(r"\s*(\[output only\]|output only[.:])", re.IGNORECASE)
 _DEPRECATED = re.compile(r"\s*\[?deprecated\b", re.IGNORECASE)
@@ -204,19 +205,21 @@ class BodyCheck:
             self.problem(out, where, f"expected a {fmt} number, got {json.dumps(value)}")
 
     def number(self, value: Any, where: str, out: list[str]) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            self.problem(out, where, f"expected a number, got {json.dumps(value)}")
-        elif isinstance(value, str) and value not in _FLOAT_WORDS and not self.numeric_text(value):
+        """double/float: a JSON number, or "NaN"/"Infinity"/"-Infinity"; numeric text too on input."""
+        if isinstance(value, str):
+            ok = value in _FLOAT_WORDS or (self.direction == "request" and _is_float_text(value))
+        else:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok:
             self.problem(out, where, f"expected a number, got {json.dumps(value)}")
 
-    def numeric_text(self, value: str) -> bool:
-        if self.direction == "response":
-            return False
-        try:
-            float(value)
-        except ValueError:
-            return False
-        return True
+
+def _is_float_text(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _integral(value: Any) -> bool:
