@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from gangscale.configschema import PlannerSpec, PoolFileSpec, PoolSpec
+from gangscale.configschema import RUN_DURATION_MODES, PlannerSpec, PoolFileSpec, PoolSpec
 from gangscale.model.catalog import (
     CATALOG,
     GPU_RESOURCE,
@@ -54,6 +54,11 @@ from gangscale.model.scheduling import Taint
 
 #: GKE labels every node with its node pool's name; gangscale's pools on GCE machine types mirror it.
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+#: GKE labels the nodes of a flex-start node pool with it (GKE's documented nodeSelector for flex-start capacity).
+GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+#: GKE taints the nodes of a queued-provisioning node pool with it (``cloud.google.com/gke-queued=true:NoSchedule``;
+#: GKE's ProvisioningRequest documentation, and the taint GKE's published autoscaler tolerates for such pools).
+GKE_QUEUED_TAINT = "cloud.google.com/gke-queued"
 REGION_LABEL = "topology.kubernetes.io/region"
 
 
@@ -175,7 +180,7 @@ def _provider_sections(spec: PoolSpec) -> dict[str, dict[str, Any]]:
         sections["simulated"] = {**spec.simulated.model_dump(by_alias=True, include={"stock", "provision_seconds"}),
                                  **faults}
     if spec.gke is not None:
-        sections["gke"] = spec.gke.model_dump(by_alias=True)
+        sections["gke"] = spec.gke.model_dump(by_alias=True, exclude_none=True)
     return sections
 
 
@@ -196,6 +201,9 @@ def _gke_issues(spec: PoolSpec, nodes_per_unit: int) -> list[tuple[str, str]]:
         issues.append(("gke.mode", f"{gke.mode} adds single VMs to an existing node pool; a unit of {nodes_per_unit} "
                                    "hosts (a multi-host slice) is made whole only by mode slice, one node pool per "
                                    "unit"))
+    if gke.max_run_duration_seconds is not None and gke.mode not in RUN_DURATION_MODES:
+        issues.append(("gke.maxRunDurationSeconds", f"applies to modes {', '.join(RUN_DURATION_MODES)}, whose nodes "
+                                                    f"live that long; mode {gke.mode} makes nodes without an end"))
     return issues
 
 
@@ -255,6 +263,8 @@ def _labels(spec: PoolSpec) -> dict[str, str]:
         # the node pool name can reach a new slice; a VM added to an existing pool carries that pool's name.
         if spec.gke.mode != "slice":
             labels[GKE_NODEPOOL_LABEL] = spec.gke.node_pool
+        if spec.gke.mode in RUN_DURATION_MODES:
+            labels[GKE_FLEX_START_LABEL] = "true"  # the provider checks at start that the node pool is flex-start
         if spec.zone.count("-") >= 2:
             labels[REGION_LABEL] = spec.zone.rsplit("-", 1)[0]
     elif machine:
@@ -271,6 +281,9 @@ def _taints(spec: PoolSpec) -> tuple[Taint, ...]:
         for resource, present in ((GPU_RESOURCE, machine.gpus > 0), (TPU_RESOURCE, machine.tpu_chips > 0)):
             if present and not any(t.key == resource for t in taints):
                 taints.append(Taint(resource, "present", "NoSchedule"))
+    if spec.gke is not None and spec.gke.mode == "queued-provisioning" and \
+            not any(t.key == GKE_QUEUED_TAINT for t in taints):
+        taints.append(Taint(GKE_QUEUED_TAINT, "true", "NoSchedule"))
     return tuple(taints)
 
 

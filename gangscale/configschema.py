@@ -68,11 +68,24 @@ class SimulatedSpec(_Strict):
     latency_seconds: float = Field(default=0.0, ge=0)
 
 
-#: How the ``gke`` provider grows a pool: ``slice`` creates one GKE node pool per unit (multi-host TPU slices: GKE
-#: makes a pool's slice whole or not at all); ``resize-request`` asks an existing node pool's managed instance
-#: group (MIG) for the units' VMs with one resize request (Compute Engine creates them all at once or none);
-#: ``resize`` raises that MIG's size by creating the named VMs, and deletes them if not all run by the deadline.
-GKE_MODES = ("slice", "resize-request", "resize")
+#: How the ``gke`` provider grows a pool (see ``gangscale.providers.gke``): ``slice`` creates one GKE node pool per
+#: unit (multi-host TPU slices: GKE makes a pool's slice whole or not at all); ``resize`` creates the units' named
+#: VMs in an existing node pool's managed instance group (MIG) and deletes them all if not all run by the deadline;
+#: ``flex-start`` asks a flex-start node pool's MIG for them with one resize request (Dynamic Workload Scheduler:
+#: all at once or none, deleted at the end of the run duration); ``queued-provisioning`` asks GKE for them with a
+#: ProvisioningRequest of class ``queued-provisioning.gke.io`` on a node pool with queued provisioning.
+GKE_MODES = ("slice", "resize", "flex-start", "queued-provisioning")
+#: Modes that take a run duration: the nodes are deleted at its end.
+RUN_DURATION_MODES = ("flex-start", "queued-provisioning")
+#: The run durations Compute Engine takes for a resize request: 10 minutes to 7 days (compute v1 discovery
+#: document and Google's "About resize requests in a MIG"); GKE's queued provisioning caps
+#: ``maxRunDurationSeconds`` at 7 days too, its default.
+MIN_RUN_SECONDS, MAX_RUN_SECONDS = 600, 7 * 24 * 3600
+REMOVED_MODES = {"resize-request": (
+    "was removed: it sent Compute Engine resize requests to an ordinary node pool's instance group, which Compute "
+    "Engine takes only for flex-start or reservation-bound VMs (and deletes them at the end of a run duration). Use "
+    "resize for an ordinary pool, flex-start for a node pool created with --flex-start, queued-provisioning for one "
+    "created with --enable-queued-provisioning")}
 _GKE_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -84,14 +97,19 @@ class GkeSpec(_Strict):
     location: str = Field(min_length=1)
     cluster: str = Field(min_length=1)
     mode: str = "slice"
-    #: ``resize-request``/``resize``: the existing GKE node pool whose MIG in the pool's ``zone`` is grown.
-    #: ``slice``: optionally an existing node pool whose node config (service account, scopes, image type, labels,
-    #: taints) each new slice pool copies.
+    #: ``resize``/``flex-start``/``queued-provisioning``: the existing GKE node pool whose MIG in the pool's ``zone``
+    #: is grown. ``slice``: optionally an existing node pool whose node config (service account, scopes, image
+    #: type, labels, taints), management and upgrade settings each new slice pool copies.
     node_pool: str = ""
+    #: ``flex-start``: the resize request's ``requestedRunDuration``; ``queued-provisioning``: the request's
+    #: ``maxRunDurationSeconds``. The nodes are deleted this long after they are obtained. Default: 7 days, GKE's.
+    max_run_duration_seconds: int | None = Field(default=None, ge=MIN_RUN_SECONDS, le=MAX_RUN_SECONDS)
 
     @field_validator("mode")
     @classmethod
     def _known_mode(cls, mode: str) -> str:
+        if mode in REMOVED_MODES:
+            raise PydanticCustomError("gke_mode", "'{mode}' {why}", {"mode": mode, "why": REMOVED_MODES[mode]})
         if mode not in GKE_MODES:
             raise PydanticCustomError("gke_mode", "must be one of {modes}; got '{mode}'",
                                       {"modes": ", ".join(GKE_MODES), "mode": mode})

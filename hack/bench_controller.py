@@ -76,7 +76,7 @@ nodePools:
     machineType: a3-highgpu-8g
     zone: us-central1-a
     maxUnits: 100000
-    gke: {project: demo-project, location: us-central1, cluster: bench, mode: resize-request, nodePool: gpu}
+    gke: {project: demo-project, location: us-central1, cluster: bench, mode: resize, nodePool: gpu}
 """
 TEMPLATE = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "worker"},
             "template": {"spec": {"containers": [{"name": "w", "image": "x",

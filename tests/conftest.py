@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fn = getattr(item, "function", None)
         if fn is not None and inspect.iscoroutinefunction(fn):
             item.fixturenames.insert(0, "no_leaked_tasks")  # type: ignore[attr-defined]
+
+
+class GoogleTraffic:
+    """Every request a fake Google Cloud of this process answered during the test, checked against Google's discovery
+    documents (:mod:`gangscale.sim.gcp.discovery`). gangscale's own calls (user agent ``gangscale…``) must always be
+    valid; a test client's request may be wrong on purpose if the fake refused it, never if the fake accepted it; every
+    answer must be valid. ``expect_problems``: the test seeds a wrong field itself and reads ``problems``."""
+
+    def __init__(self) -> None:
+        self.exchanges = 0
+        self.problems: list[str] = []
+        self.expect_problems = False
+
+    def __call__(self, *, method: str, path: str, query: Any, request: Any, status: int, response: Any,
+                 user_agent: str) -> None:
+        from gangscale.sim.gcp.discovery import Discovery, Exchange  # noqa: PLC0415 (only where a fake runs)
+
+        self.exchanges += 1
+        found = Discovery.load().check(Exchange(method, path, query, request, status, response),
+                                       strict_request=user_agent.startswith("gangscale"))
+        self.problems += [f"{method} {path} -> {status} ({user_agent or 'no user agent'}): {p}" for p in found]
+
+
+@pytest.fixture(autouse=True)
+def google_traffic() -> Iterator[GoogleTraffic]:
+    """Checks the traffic of every fake Google Cloud the test runs (see :class:`GoogleTraffic`)."""
+    from gangscale.sim.gcp.server import OBSERVERS  # noqa: PLC0415
+
+    traffic = GoogleTraffic()
+    OBSERVERS.append(traffic)
+    try:
+        yield traffic
+    finally:
+        OBSERVERS.remove(traffic)
+    if traffic.problems and not traffic.expect_problems:
+        shown = "\n".join(traffic.problems[:10])
+        pytest.fail(f"{len(traffic.problems)} exchange(s) with a fake Google Cloud break Google's discovery documents "
+                    f"(of {traffic.exchanges}):\n{shown}")
 
 
 @pytest_asyncio.fixture

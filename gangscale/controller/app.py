@@ -49,6 +49,8 @@ class RunOptions:
     gke_compute_endpoint: str | None = None
     #: Leader election (None: off, this process acts alone).
     lease: LeaseConfig | None = None
+    #: The namespace gangscale runs in: the gke provider's queued-provisioning requests are made there.
+    namespace: str = "default"
 
     @classmethod
     def from_flags(cls, flags: RunFlags, pool_file: PoolFile, pod_namespace: Callable[[], str]) -> RunOptions:
@@ -74,7 +76,7 @@ class RunOptions:
         return cls(pool_file=pool_file, settings=settings, provider=flags.provider, kubeconfig=flags.kubeconfig,
                    context=flags.context, metrics_host=flags.metrics_host, metrics_port=flags.metrics_port,
                    duration=flags.duration, gke_container_endpoint=flags.gke_container_endpoint,
-                   gke_compute_endpoint=flags.gke_compute_endpoint, lease=lease)
+                   gke_compute_endpoint=flags.gke_compute_endpoint, lease=lease, namespace=pod_namespace())
 
 
 async def serve(options: RunOptions) -> int:
@@ -91,7 +93,8 @@ async def serve(options: RunOptions) -> int:
     provider: NodePoolProvider
     if options.provider == "gke":
         provider = GkeProvider(options.pool_file.pools, clock, fence=fence,
-                               user_agent=user_agent("gangscale", options.lease),
+                               user_agent=user_agent("gangscale", options.lease), kube=http,
+                               namespace=options.namespace,
                                endpoints=endpoints_from(options.gke_container_endpoint, options.gke_compute_endpoint))
     else:
         # The simulated cloud registers nodes under its own name, as a real cloud's kubelets would: audit logs

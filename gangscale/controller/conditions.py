@@ -39,6 +39,8 @@ R_NODE_REMOVED = "BookedNodeRemoved"
 
 M_ACCEPTED = "ProvisioningRequest is accepted by gangscale"
 M_BOOKING_TIME_EXPIRED = "Capacity reservation time is expired"
+M_BOOKING_RECLAIMED = ("Capacity reservation time is expired: the booked nodes reached the end of their run duration "
+                       "and the cloud deletes them")
 M_BOOKING_CONSUMED = "Capacity booking consumed: all pods scheduled"
 
 

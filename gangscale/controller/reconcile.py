@@ -93,10 +93,21 @@ def booking_ttl(st: RequestState, settings: Settings) -> float:
     return ttl if ttl is not None and ttl >= 0 else settings.booking_ttl
 
 
+def booking_end(st: RequestState, since: float, settings: Settings) -> float:
+    """When the booking of a request provisioned at ``since`` ends by itself: after its TTL, or when the cloud
+    reclaims its nodes (a run duration), whichever comes first."""
+    end = since + booking_ttl(st, settings)
+    reclaim = st.record.reclaim if st.record is not None else None
+    return end if reclaim is None else min(end, reclaim)
+
+
 def provisioned(st: RequestState, reason: str, message: str, now: float, settings: Settings) -> None:
-    until = rfc3339(now + booking_ttl(st, settings))
-    st.set(C.PROVISIONED, True, reason, f"{message}; capacity booked until {until} or until every pod is scheduled",
-           rfc3339(now))
+    until = rfc3339(booking_end(st, now, settings))
+    text = f"{message}; capacity booked until {until} or until every pod is scheduled"
+    if st.record is not None and st.record.reclaim is not None:
+        text += (f"; the nodes have a run duration: the cloud deletes them at {rfc3339(st.record.reclaim)}, with "
+                 "whatever runs on them")
+    st.set(C.PROVISIONED, True, reason, text, rfc3339(now))
     st.retries, st.retry_at = 0, None
     st.event(NORMAL, "Provisioned", message)
 
@@ -145,8 +156,10 @@ def booked(st: RequestState, ctx: Context, acts: Actions) -> None:
         acts.capacity_freed = True
         return
     since = parse_rfc3339(st.conditions[C.PROVISIONED].last_transition) or now
-    if now >= since + booking_ttl(st, ctx.settings):
-        st.set(C.BOOKING_EXPIRED, True, C.R_BOOKING_TIME_EXPIRED, C.M_BOOKING_TIME_EXPIRED, stamp)
+    if now >= booking_end(st, since, ctx.settings):
+        reclaimed = st.record is not None and st.record.reclaim is not None and now >= st.record.reclaim
+        st.set(C.BOOKING_EXPIRED, True, C.R_BOOKING_TIME_EXPIRED,
+               C.M_BOOKING_RECLAIMED if reclaimed else C.M_BOOKING_TIME_EXPIRED, stamp)
         acts.capacity_freed = True
         return
     if st.booking:
@@ -226,7 +239,7 @@ def deadline(st: RequestState, settings: Settings, now: float) -> float | None:
         case Phase.BOOKED:
             prov = st.conditions.get(C.PROVISIONED)
             start = (prov and parse_rfc3339(prov.last_transition)) or now
-            return start + booking_ttl(st, settings)
+            return booking_end(st, start, settings)
         case Phase.DONE if settings.terminal_ttl and st.request.deletable:
             stamps = [parse_rfc3339(c.last_transition) or now for t, c in st.conditions.items()
                       if t in (C.PROVISIONED, *C.TERMINAL_TYPES)]
@@ -273,7 +286,8 @@ def decided(st: RequestState, decision: Decision, ctx: Context, acts: Actions) -
 def obtained(st: RequestState, record: Record, got: Mapping[str, Obtained], now: float, settings: Settings) -> None:
     """Every unit was granted: wait for Ready, or report success at once if the request asks for that."""
     st.obtained = dict(got)
-    st.record = record.with_phase(OBTAINED)
+    st.record = record.with_phase(OBTAINED, min((o.expires_at for o in got.values() if o.expires_at is not None),
+                                                default=None))
     text = steps_text(st.record)
     if st.request.provisioned_when_requested:
         st.booking = (planned_booking(st.gang, st.decision, new_nodes_by_pool(st))

@@ -6,13 +6,16 @@ user what is happening. Each step carries the idempotency token the provider is 
 calling ``obtain`` again with the same token returns the same units instead of creating more.
 
 Phases: ``obtaining`` (written before the first provider call), ``obtained`` (every unit granted; waiting
-for the nodes to be Ready). The record stays after ``Provisioned=True`` so the booked units stay known.
+for the nodes to be Ready). The record stays after ``Provisioned=True`` so the booked units stay known. When the
+cloud deletes the units by itself at the end of a run duration (GKE flex-start and queued provisioning), the
+``obtained`` record says when (``reclaim``), so a restarted process still ends the booking then.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,16 +44,20 @@ class Record:
     #: The leader identity of the process that decided the scale-up ("" without leader election): a new leader
     #: tells a predecessor's scale-up from its own, and adopts it.
     holder: str = ""
+    #: When the cloud deletes the units by itself (the earliest of the steps'; None: never).
+    reclaim: float | None = None
 
     def to_detail(self) -> str:
         data: dict[str, Any] = {"attempt": self.attempt, "phase": self.phase, "deadline": round(self.deadline, 3),
                                 "steps": [{"pool": s.pool, "units": s.units, "token": s.token} for s in self.steps]}
         if self.holder:
             data["holder"] = self.holder
+        if self.reclaim is not None:
+            data["reclaim"] = round(self.reclaim, 3)
         return json.dumps(data, separators=(",", ":"))
 
-    def with_phase(self, phase: str) -> Record:
-        return replace(self, phase=phase)
+    def with_phase(self, phase: str, reclaim: float | None = None) -> Record:
+        return replace(self, phase=phase, reclaim=reclaim)
 
     @property
     def single_pool(self) -> str | None:
@@ -89,7 +96,10 @@ def parse_detail(raw: str | None) -> Record | None:
     try:
         data = json.loads(raw)
         steps = tuple(Step(str(s["pool"]), int(s["units"]), str(s["token"])) for s in data["steps"])
+        reclaim = None if data.get("reclaim") is None else float(data["reclaim"])
+        if reclaim is not None and not math.isfinite(reclaim):
+            reclaim = None
         return Record(int(data["attempt"]), str(data["phase"]), float(data["deadline"]), steps,
-                      str(data.get("holder") or ""))
+                      str(data.get("holder") or ""), reclaim)
     except (ValueError, KeyError, TypeError):
         return None

@@ -13,9 +13,13 @@ contract the controller relies on:
 - ``lookup(token)`` tells what a token designates (after a restart, from the cloud's own records), every unit
   of its intent, with ``incomplete`` naming the units whose resources do not all exist (never made, or lost
   since); ``None`` when nothing of it exists. A caller must not count an incomplete unit as obtained.
-- ``release(pool, unit_ids, token=)`` is idempotent: releasing a unit that is already gone succeeds. The
-  token names the release for the provider's own logs and deduplication; once every unit a token obtained
-  is released, the token designates nothing (``lookup`` returns None).
+- ``release(pool, unit_ids, token=)`` is idempotent: releasing a unit that is already gone succeeds. A release
+  is by unit: the provider finds from each unit itself what made it (scale-down releases units one by one under
+  a token of its own, and a restarted process releases orphans under their claim), and removes that too once
+  none of its units is left. The token names the release for the provider's own logs and deduplication; once
+  every unit a token obtained is released, the token designates nothing (``lookup`` returns None).
+- ``Obtained.expires_at``: capacity with a run duration says when the cloud will delete it; the controller
+  ends the booking then and tells the request.
 - ``deadline`` is absolute clock time (seconds since the epoch, as :meth:`Clock.now`). Tokens must be valid
   label values (at most 63 characters): providers label nodes with them.
 - The provider says how its nodes are recognised (:meth:`NodePoolProvider.node_ref`): from a Node's name and
@@ -99,6 +103,9 @@ class Obtained:
     units: tuple[Unit, ...]
     #: Ids of units (of ``units``) whose resources do not all exist: an obtain never returns any; a lookup may.
     incomplete: tuple[str, ...] = ()
+    #: When the cloud deletes these units by itself (clock time), for capacity with a run duration (GKE flex-start
+    #: and queued provisioning); None: they live until released.
+    expires_at: float | None = None
 
     @property
     def node_names(self) -> tuple[str, ...]:

@@ -125,7 +125,8 @@ class SimCluster:
         await gcp.start()
         self.gcp = gcp
         provider = GkeProvider(self.pools, self.clock, tokens=StaticToken(gcp.token),
-                               endpoints=Endpoints(container=gcp.url, compute=f"{gcp.url}/compute/v1"))
+                               endpoints=Endpoints(container=gcp.url, compute=f"{gcp.url}/compute/v1"),
+                               kube=await self.client("gangscale"), namespace="default")
         self.provider = provider
         await provider.start()
         return provider

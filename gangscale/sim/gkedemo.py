@@ -2,7 +2,7 @@
 
 Each pool of the scenario becomes a pool with a ``gke:`` block on the fake cluster ``demo-project/us-central1/
 demo``: ``slice`` mode when a unit has several hosts (a multi-host TPU slice is a node pool of its own), else
-``resize-request`` on an existing node pool of the pool's name, whose labels name the gangscale pool (so the
+``resize`` on an existing node pool of the pool's name, whose labels name the gangscale pool (so the
 demo's observer finds its nodes by that label). A pool without a zone is put in ``us-central1-a`` (the simulated
 provider's pools without a zone share one zone, so gangs may span them), and one with only an allocatable gets the
 smallest ``n2-standard`` machine type with its CPUs.
@@ -15,7 +15,7 @@ stocks out there: with GKE's per-pool atomicity, the slices made before the one 
 (what gangscale does on real GKE). The fake's timing is one setting for every pool: a node turns Ready the
 largest ``provisionSeconds`` of the scenario's pools after its VM registers. The simulated provider's other
 knobs are not carried over: partial grants (the fake's ``partial_gpu_grant`` caps a node-pool create, not the
-resize requests the demo's single-host pools use), and nodes never Ready (the fake's ``never_ready`` breaks every
+createInstances calls the demo's single-host pools use), and nodes never Ready (the fake's ``never_ready`` breaks every
 new VM of the cloud, a scenario's only those of one pool); such a change is shown in the timeline and otherwise
 ignored.
 """
@@ -43,7 +43,7 @@ def gke_pool_specs(specs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             spec["machineType"] = cpu_machine(spec)
         hosts = parse_pool_file({"nodePools": [raw]}).pools[0].nodes_per_unit
         spec["gke"] = {"project": PROJECT, "location": REGION, "cluster": CLUSTER,
-                       **({"mode": "slice"} if hosts > 1 else {"mode": "resize-request", "nodePool": spec["name"]})}
+                       **({"mode": "slice"} if hosts > 1 else {"mode": "resize", "nodePool": spec["name"]})}
         out.append(spec)
     return out
 

@@ -43,7 +43,7 @@ nodePools:
     machineType: g2-standard-8
     zone: {ZONE}
     maxUnits: 8
-    gke: {GKE}, mode: resize-request, nodePool: l4}}
+    gke: {GKE}, mode: resize, nodePool: l4}}
 """
 
 IMPOSSIBLE = TPU_GANG.replace("name: multislice", "name: impossible").replace("count: 4", "count: 20")
@@ -209,7 +209,7 @@ async def test_pools_from_gke_writes_a_pool_file_and_leaves_out_an_autoscaled_po
     assert pools["v5e"].provider["gke"] == {"project": PROJECT, "location": REGION, "cluster": CLUSTER,
                                             "mode": "slice", "nodePool": "v5e"}
     assert pools["v5e"].nodes_per_unit == 2 and pools["v5e"].labels["team"] == "ml"
-    assert (pools["l4-b"].zone, pools["l4-b"].provider["gke"]["mode"]) == ("us-central1-b", "resize-request")
+    assert (pools["l4-b"].zone, pools["l4-b"].provider["gke"]["mode"]) == ("us-central1-b", "resize")
     checked = await asyncio.create_subprocess_exec(sys.executable, "-m", "gangscale.cli", "pools", str(written),
                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, problems = await asyncio.wait_for(checked.communicate(), HANG_GUARD)

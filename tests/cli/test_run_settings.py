@@ -192,7 +192,7 @@ async def test_a_port_in_use_is_one_line(pools: Path, busy_port: int, kubeconfig
 def test_the_fake_cloud_with_a_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
     pools = tmp_path / "pools.yaml"
     pools.write_text("nodePools:\n  - name: l4\n    machineType: g2-standard-8\n    zone: us-central1-a\n"
-                     "    maxUnits: 2\n    gke: {project: p, location: us-central1, cluster: c, mode: resize-request,"
+                     "    maxUnits: 2\n    gke: {project: p, location: us-central1, cluster: c, mode: resize,"
                      " nodePool: l4}\n")
     missing = tmp_path / "nonexistent"
     done = _gangscale("sim", "gcp", "--config", str(pools), "--kubeconfig", str(missing), "--for", "1")

@@ -22,7 +22,7 @@ from gangscale.controller.reconcile import (
     provisioning,
     reconcile,
 )
-from gangscale.controller.record import OBTAINED, OBTAINING, Record, Step, step_token
+from gangscale.controller.record import OBTAINED, OBTAINING, Record, Step, parse_detail, step_token
 from gangscale.controller.request import Phase, Request, RequestState, phase
 from gangscale.controller.settings import Settings
 from gangscale.model.decision import Decision, NewNodes, Outcome, Placement, PoolReason, ReasonCode, ScaleStep
@@ -308,6 +308,45 @@ def test_a_booking_expires_after_its_ttl(since: float, ttl: float | None, expire
     else:
         assert C.BOOKING_EXPIRED not in st.conditions and st.booking_seen == {"n1"}
     assert acts.capacity_freed is expired
+
+
+def test_nodes_with_a_run_duration_say_when_they_end_and_the_booking_ends_then() -> None:
+    """Capacity the cloud deletes by itself (GKE flex-start, queued provisioning): the obtain says when; the record
+    keeps it, the Provisioned message tells the request, and the booking ends no later."""
+    st = scaled_up(provisioned_when_requested=True)
+    record = st.record
+    assert record is not None
+    units = {token: replace(got_, expires_at=NOW + 300 + i) for i, (token, got_) in enumerate(st.obtained.items())}
+    obtained(st, record, units, NOW, SETTINGS)
+    assert st.record is not None and st.record.reclaim == NOW + 300
+    message = st.conditions[C.PROVISIONED].message
+    assert f"capacity booked until {rfc3339(NOW + 300)} or until every pod is scheduled" in message
+    assert message.endswith(f"the cloud deletes them at {rfc3339(NOW + 300)}, with whatever runs on them")
+    assert deadline(st, SETTINGS, NOW) == NOW + 300  # before the 600 s booking TTL
+
+    acts = Actions()
+    booked(st, ctx(World(present={"a-n0", "b-n0"}), now=NOW + 299), acts)
+    assert C.BOOKING_EXPIRED not in st.conditions
+    booked(st, ctx(World(present={"a-n0", "b-n0"}), now=NOW + 300), acts)
+    assert st.conditions[C.BOOKING_EXPIRED] == cond(C.BOOKING_EXPIRED, True, C.R_BOOKING_TIME_EXPIRED,
+                                                    C.M_BOOKING_RECLAIMED, NOW + 300)
+    assert acts.capacity_freed
+
+
+def test_a_run_duration_longer_than_the_booking_changes_nothing_but_the_message() -> None:
+    st = scaled_up(provisioned_when_requested=True)
+    record = st.record
+    assert record is not None
+    obtained(st, record, {t: replace(g, expires_at=NOW + 86400) for t, g in st.obtained.items()}, NOW, SETTINGS)
+    assert deadline(st, SETTINGS, NOW) == NOW + 600
+    assert f"capacity booked until {rfc3339(NOW + 600)}" in st.conditions[C.PROVISIONED].message
+
+
+@pytest.mark.parametrize(("reclaim", "kept"), [(NOW + 5.5, NOW + 5.5), (None, None), (float("inf"), None)],
+                         ids=["time", "none", "not-finite"])
+def test_the_reclaim_time_survives_the_record(reclaim: float | None, kept: float | None) -> None:
+    record = Record(1, OBTAINED, NOW, (Step("a", 1, "tok-a"),), "", reclaim)
+    assert parse_detail(record.to_detail()) == replace(record, reclaim=kept)
 
 
 def test_a_booked_node_seen_then_removed_revokes_the_booking() -> None:

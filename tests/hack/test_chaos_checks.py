@@ -3,6 +3,9 @@ history, request log or end state that breaks it, and one that keeps it."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import json
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -12,12 +15,27 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
-from chaoslib.checks import NEW_NODES, at_the_end, during_run, leadership
-from chaoslib.observe import History, Seen
-from chaoslib.plan import Gang
+from chaoslib.checks import NEW_NODES, CloudTraffic, at_the_end, cloud_at_the_end, during_run, leadership
+from chaoslib.gcp import GkeCloud, set_timings
+from chaoslib.observe import History, Seen, gang_uid, request_claims
+from chaoslib.plan import (
+    GKE_ZONE,
+    Action,
+    Gang,
+    gke_faults,
+    gke_pool_file,
+    gke_project,
+    make_plan,
+    provider_of,
+)
 
+from gangscale.clock import SystemClock
+from gangscale.config import parse_pool_yaml
+from gangscale.kube.reflector import ReflectorEvent
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL
+from gangscale.providers.gke import names
+from gangscale.sim.gcp import FakeGcp
 
 JSON = dict[str, Any]
 FOUND = "CapacityIsFound"
@@ -158,3 +176,220 @@ END: list[tuple[str, list[JSON], list[JSON], list[str]]] = [
                          ids=[i for i, _, _, _ in END])
 def test_at_the_end(requests: list[JSON], nodes: list[JSON], expected: list[str]) -> None:
     assert at_the_end(requests, nodes, BY_NAME) == expected
+
+
+# --- gke runs ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_gke_plan_is_a_pure_function_of_the_seed_and_adds_only_cloud_faults() -> None:
+    for seed in range(40):
+        plan = make_plan(seed, provider="gke")
+        assert plan == make_plan(seed, provider="gke")
+        # The cloud faults come from a generator of their own: every other action is the simulated run's.
+        assert tuple(a for a in plan.actions if a.kind != "cloud-fault") == make_plan(seed).actions
+        faults = [a for a in plan.actions if a.kind == "cloud-fault"]
+        assert 2 <= len(faults) <= 5 and all(0 <= a.at < plan.fault_seconds for a in faults)
+    kinds = {a.fault["kind"] for seed in range(200) for a in make_plan(seed, provider="gke").actions
+             if a.kind == "cloud-fault"}
+    assert kinds == {"stockout", "lost-responses", "http-error", "slow-operations", "partial-slice", "never-ready"}
+    assert {a.fault["status"] for seed in range(200) for a in gke_faults(seed)
+            if a.fault["kind"] == "http-error"} == {429, 500, 503}
+
+
+def test_both_alternates_providers_by_the_seeds_parity() -> None:
+    assert [provider_of(seed, "both") for seed in (6, 7, 8)] == ["simulated", "gke", "simulated"]
+    assert provider_of(7, "simulated") == "simulated" and provider_of(8, "gke") == "gke"
+
+
+def test_the_gke_pool_file_is_valid_and_names_the_runs_project() -> None:
+    pools = {p.name: p for p in parse_pool_yaml(gke_pool_file(gke_project(7001))).pools}
+    assert sorted(pools) == ["cpu", "gpu", "tpu"]
+    assert {p.provider["gke"]["project"] for p in pools.values()} == {"chaos-7001"}
+    assert [(p.provider["gke"]["mode"], p.nodes_per_unit, p.max_units) for p in pools.values()] == [
+        ("slice", 2, 3), ("resize", 1, 5), ("resize", 1, 5)]
+
+
+async def test_cloud_faults_turn_the_fakes_knobs_and_all_are_undone_when_the_faults_stop(tmp_path: Path) -> None:
+    gcp = FakeGcp(SystemClock(), None, project="chaos-1")
+    set_timings(gcp)
+    baseline = dataclasses.replace(gcp.faults, stock={}, errors=[])
+    cloud = GkeCloud(gcp, "chaos-1", "", CloudTraffic("chaos-1"), tmp_path)
+    key = (GKE_ZONE, "a3-highgpu-8g")
+    for fault, seconds in [
+        ({"kind": "stockout", "zone": GKE_ZONE, "machine": "a3-highgpu-8g"}, 0.05),
+        ({"kind": "stockout", "zone": GKE_ZONE, "machine": "a3-highgpu-8g"}, 60.0),
+        ({"kind": "lost-responses", "count": 2}, 0.0),
+        ({"kind": "http-error", "status": 429, "method": "POST", "path": "/createInstances$", "times": 2,
+          "retry_after": 1}, 0.0),
+        ({"kind": "http-error", "status": 500, "method": "*", "path": "^/v1/", "times": 1, "html": True}, 0.0),
+        ({"kind": "slow-operations", "operation_seconds": 3.0}, 60.0),
+        ({"kind": "partial-slice", "hosts": 1}, 0.0),
+        ({"kind": "never-ready"}, 0.05),
+    ]:
+        cloud.apply(Action(0.0, "cloud-fault", seconds=seconds, fault=fault))
+    faults = gcp.faults
+    assert (faults.stock, faults.lost_responses, faults.operation_seconds, faults.partial_slice_hosts,
+            faults.never_ready) == ({key: 0}, 2, 3.0, 1, True)
+    assert [(e.status, e.retry_after, e.html, e.times) for e in faults.errors] == [(429, 1, False, 2),
+                                                                                   (500, None, True, 1)]
+    assert cloud.applied == 8
+    faults.take_error("POST", f"{GROUP}/createInstances")  # the 429 acts once
+    faults.lost_responses -= 1  # one answer dropped
+    await asyncio.sleep(0.2)
+    # The short windows ended: never-Ready is off; the stockout holds while the longer one on the same key lasts.
+    assert (faults.never_ready, faults.stock) == (False, {key: 0})
+    await cloud.stop_faults()
+    assert faults == baseline
+    assert cloud.hits == 2  # the partial slice was never made
+
+
+def test_a_faults_generator_draws_only_kinds_the_cloud_applies() -> None:
+    known = {"stockout", "lost-responses", "http-error", "slow-operations", "partial-slice", "never-ready"}
+    assert all(a.fault["kind"] in known for seed in range(100) for a in gke_faults(seed))
+
+
+TOKEN_A = f"{A}-0123456789ab-0"
+TOKEN_B = f"{B}-0123456789ab-0"
+
+
+def pr(name: str, uid: str, tokens: list[str], *, provisioned: bool = False) -> JSON:
+    detail = json.dumps({"attempt": 1, "phase": "obtaining", "deadline": 0,
+                         "steps": [{"pool": "gpu", "units": 2, "token": t} for t in tokens]})
+    conditions = [{"type": "Provisioned", "status": "True", "reason": NEW_NODES}] if provisioned else []
+    return {"metadata": {"name": name, "uid": uid, "resourceVersion": "0"},
+            "status": {"provisioningClassDetails": {"gangscale.io/scale-up": detail}, "conditions": conditions}}
+
+
+def vm_node(name: str, *, ready: bool = True, labels: dict[str, str] | None = None) -> JSON:
+    """A Node of a VM the gke provider added to an existing node pool: no token label."""
+    return {"metadata": {"name": name, "uid": name, "resourceVersion": "0",
+                         "labels": {POOL_LABEL: "gpu", "cloud.google.com/gke-nodepool": "gpu", **(labels or {})}},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+class Writes:
+    """A history fed through History's own handlers, each write getting the next resourceVersion."""
+
+    def __init__(self) -> None:
+        self.history = History()
+
+    def write(self, kind: str, etype: str, obj: JSON) -> Writes:
+        obj = json.loads(json.dumps(obj))
+        obj["metadata"]["resourceVersion"] = str(len(self.history.events) + 1)
+        handler = self.history.on_node if kind == "node" else self.history.on_request
+        handler(ReflectorEvent(etype, obj))
+        return self
+
+
+def test_a_vm_named_after_a_recorded_token_counts_for_its_request() -> None:
+    a0, a1 = names.unit_name(TOKEN_A, 0), names.unit_name(TOKEN_A, 1)
+    # The node watch may deliver a VM's Node before the request watch delivers the write that recorded its token:
+    # the Node is handled while the history knows no claim yet.
+    writes = Writes().write("node", "ADDED", vm_node(a0, ready=False)).write("request", "MODIFIED",
+                                                                               pr("gang-a", A, [TOKEN_A]))
+    writes.write("node", "ADDED", vm_node(a1)).write("node", "MODIFIED", vm_node(a0)) \
+        .write("request", "MODIFIED", pr("gang-a", A, [TOKEN_A], provisioned=True))
+    owners = {e.name: e.owner for e in writes.history.ordered() if e.kind == "node"}
+    assert owners == {a0: A, a1: A}
+    assert during_run(writes.history, GANGS) == []
+    # The same history with the second VM still not Ready when the request was marked Provisioned.
+    early = Writes().write("request", "MODIFIED", pr("gang-a", A, [TOKEN_A])).write("node", "ADDED", vm_node(a0)) \
+        .write("node", "ADDED", vm_node(a1, ready=False)) \
+        .write("request", "MODIFIED", pr("gang-a", A, [TOKEN_A], provisioned=True))
+    assert during_run(early.history, GANGS) == [
+        "gang-a was marked Provisioned=True (CapacityIsProvisioned, rv 4) with 1 of its 2 new nodes Ready"]
+    # Without the attribution these nodes would be nobody's: three VMs for a 2-node gang would go unnoticed.
+    more = Writes().write("request", "MODIFIED", pr("gang-a", A, [TOKEN_A, TOKEN_B]))
+    for vm in (a0, a1, names.unit_name(TOKEN_B, 0)):
+        more.write("node", "ADDED", vm_node(vm, ready=False))
+    assert during_run(more.history, GANGS) == ["gang-a had 3 nodes alive at once; it needs 2"]
+
+
+def test_a_vm_of_a_flex_start_resize_request_counts_for_its_request() -> None:
+    labels = {"autoscaling.gke.io/provisioning-request": names.resize_request_name(TOKEN_B)}
+    node_b = vm_node("gke-chaos-gpu-1234abcd-x7k2", labels=labels)
+    assert gang_uid(node_b, request_claims([pr("gang-b", B, [TOKEN_B])])) == B
+    assert gang_uid(vm_node("gke-chaos-gpu-1234abcd-x7k2")) == ""  # a node of the pool nobody asked for
+
+
+def test_at_the_end_a_vm_counts_for_the_request_that_recorded_its_token() -> None:
+    b0 = vm_node(names.unit_name(TOKEN_B, 0))
+    settled = [pr("gang-b", B, [TOKEN_B], provisioned=True)]
+    assert at_the_end(settled, [b0], BY_NAME) == []
+    # The request no longer records the token (a later write replaced its record): the history's claims still do.
+    forgotten = [request("gang-b", B, NEW_NODES)]
+    assert at_the_end(forgotten, [b0], BY_NAME) == [
+        "gang-b is Provisioned (CapacityIsProvisioned) with 0 new nodes (0 Ready); it needs 1 nodes in all"]
+    assert at_the_end(forgotten, [b0], BY_NAME, request_claims(settled)) == []
+
+
+SLICE_POOLS = "/v1/projects/chaos-1/locations/us-central1/clusters/chaos/nodePools"
+GROUP = "/compute/v1/projects/chaos-1/zones/us-central1-a/instanceGroupManagers/gke-chaos-gpu-1234abcd-grp"
+OPERATION = {"kind": "compute#operation", "name": "operation-1", "status": "DONE"}
+REQUEST_ID = {"requestId": "6f0c4a52-3c55-4b7e-9a2e-5a1d0b2f8c11"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return stamp(self.now)
+
+
+def exchange(traffic: CloudTraffic, clock: Clock, at: float, agent: str, method: str, path: str, *,
+             body: Any = None, status: int = 200, response: Any = None, query: dict[str, str] | None = None) -> None:
+    clock.now = at
+    traffic(method=method, path=path, query=query or {}, request=body, status=status,
+            response=OPERATION if response is None and 200 <= status < 300 else response, user_agent=agent)
+
+
+def test_cloud_exchanges_are_judged_against_googles_discovery_documents() -> None:
+    traffic = CloudTraffic("chaos-1")
+    clock = Clock()
+    traffic.clock = clock
+    create = {"instances": [{"name": "gs-0123456789ab-0"}]}
+    exchange(traffic, clock, 1, R1, "POST", f"{GROUP}/createInstances", body=create, query=REQUEST_ID)
+    exchange(traffic, clock, 1, R1, "POST", f"{GROUP}/listManagedInstances", response={})
+    assert (traffic.problems, traffic.checked) == ([], 2)
+    exchange(traffic, clock, 2, R1, "POST", f"{GROUP}/createInstances", body={**create, "size": 3}, query=REQUEST_ID)
+    exchange(traffic, clock, 3, R1, "POST", f"{GROUP}/createInstances", body=create, status=503,
+             response={"error": {"code": 500, "message": "x"}})
+    # Another run's project, and a caller that is not gangscale: not this run's judge's.
+    exchange(traffic, clock, 4, R1, "POST", GROUP.replace("chaos-1", "chaos-2") + "/createInstances", body={"x": 1})
+    exchange(traffic, clock, 4, "curl/8", "POST", f"{GROUP}/createInstances", body={"x": 1})
+    assert traffic.problems == [
+        f"POST {GROUP}/createInstances -> 200 ({R1}): breaks Google's discovery documents: "
+        "compute.instanceGroupManagers.createInstances request.size: unknown field",
+        f"POST {GROUP}/createInstances -> 503 ({R1}): breaks Google's discovery documents: "
+        "compute.instanceGroupManagers.createInstances response.error.code: 500 differs from the HTTP status 503"]
+    assert traffic.checked == 4
+
+
+def test_cloud_changes_are_judged_for_leadership_like_the_api_servers() -> None:
+    traffic = CloudTraffic("chaos-1")
+    clock = Clock()
+    traffic.clock = clock
+    leases = [entry(1, R1, "update", "leases"), entry(3, R2, "update", "leases")]
+    exchange(traffic, clock, 2, R1, "POST", SLICE_POOLS, body={"nodePool": {"name": "gs-0123456789ab-0"}},
+             response={"name": "operation-1", "status": "RUNNING"})
+    exchange(traffic, clock, 3.5, R1, "GET", f"{SLICE_POOLS}/gs-0123456789ab-0", response={})  # a read
+    exchange(traffic, clock, 3.5, R1, "POST", f"{GROUP}/listManagedInstances", response={})  # a read over POST
+    exchange(traffic, clock, 3.6, R1, "DELETE", f"{SLICE_POOLS}/gs-0123456789ab-0", status=503,
+             response={"error": {"code": 503, "message": "x"}})  # refused: changed nothing
+    assert leadership([*leases, *traffic.changes], 2.0).problems == []
+    # After r2 took the lease: a create the fake applied but whose answer it dropped is a change all the same.
+    exchange(traffic, clock, 3.7, R1, "POST", f"{GROUP}/createInstances", status=0, query=REQUEST_ID,
+             body={"instances": [{"name": "gs-0123456789ab-0"}]})
+    judged = leadership([*leases, *traffic.changes], 2.0)
+    assert judged.problems == [f"r1 made 'POST {GROUP}/createInstances (answer dropped)' after r2 had taken the lease"]
+    assert judged.judged == 2  # the two creates: reads and refused calls are not changes
+    assert traffic.problems == []
+
+
+def test_at_the_end_the_cloud_holds_nothing_the_nodes_do_not_show() -> None:
+    groups = {"gpu": ["gs-0123456789ab-0"], "gs-0123456789ab-1": ["gke-chaos-gs-x-0", "gke-chaos-gs-x-1"]}
+    nodes = ["gs-0123456789ab-0", "gke-chaos-gs-x-0", "gke-chaos-gs-x-1"]
+    assert cloud_at_the_end(groups, {"gs-0123456789ab-1": 2}, nodes) == []
+    assert cloud_at_the_end(groups, {"gs-0123456789ab-1": 2, "gs-0123456789ab-2": 0}, nodes[1:]) == [
+        "node pool gpu: VM gs-0123456789ab-0 has no Node", "node pool gs-0123456789ab-2 is left with no VM"]

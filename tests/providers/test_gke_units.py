@@ -131,6 +131,22 @@ def test_names_derive_from_the_token_and_fit_gke_and_compute() -> None:
     assert names.resize_request_name(token) == f"gs-{claim}" and len(names.unit_name(token, 999)) <= 40
     assert names.request_id(token, "a") == names.request_id(token, "a") != names.request_id(token, "b")
     assert names.parse_slot(names.slot(2, 3)) == (2, 3) and names.parse_slot("2/3") is None
+    assert names.claim_of_request(f"gs-{claim}") == claim and names.claim_of_request(f"gs-{claim}-0") is None
+
+
+@pytest.mark.parametrize(("namespace", "name", "expected"), [
+    ("short-namespace", "short-name", "gke-short-namespace-short-name-3d1e61d88309874b"),
+    ("long-namespace-that-will-not-fit-in-the-cap", "short-name",
+     "gke-long-namespace-that--short-name-85245499fd480865"),
+    ("default", "acc-provisioned", "gke-default-acc-provisioned-408ac6c1e929cc97"),
+], ids=["short", "namespace-cut-to-20", "default"])
+def test_gkes_resize_request_name_for_a_provisioning_request(namespace: str, name: str, expected: str) -> None:
+    """GKE's own test vectors (GoogleCloudPlatform/cluster-autoscaler, ``TestResizeRequestNameV1``): the name its
+    nodes carry in ``autoscaling.gke.io/provisioning-request``, by which gangscale finds the claim of its request."""
+    assert names.gke_resize_request_name(namespace, name) == expected
+    ours = names.gke_resize_request_name(namespace, "gs-0123456789ab")
+    assert names.claim_of_gke_request(namespace, ours) == "0123456789ab"
+    assert names.claim_of_gke_request("other", ours) is None and names.claim_of_gke_request(namespace, expected) is None
 
 
 POOLS = """
@@ -145,12 +161,23 @@ nodePools:
     machineType: g2-standard-8
     zone: us-central1-b
     maxUnits: 8
-    gke: {project: p, location: us-central1, cluster: c, mode: resize-request, nodePool: l4}
+    gke: {project: p, location: us-central1, cluster: c, mode: resize, nodePool: l4}
+  - name: flex-l4
+    machineType: g2-standard-8
+    zone: us-central1-b
+    maxUnits: 8
+    gke: {project: p, location: us-central1, cluster: c, mode: flex-start, nodePool: flex,
+          maxRunDurationSeconds: 86400}
+  - name: dws-a3
+    machineType: a3-highgpu-8g
+    zone: us-central1-b
+    maxUnits: 8
+    gke: {project: p, location: us-central1, cluster: c, mode: queued-provisioning, nodePool: dws}
 """
 
 
 def test_the_gke_block_puts_gkes_labels_and_taints_in_the_model() -> None:
-    tpu, gpu = parse_pool_yaml(POOLS).pools
+    tpu, gpu, flex, dws = parse_pool_yaml(POOLS).pools
     assert tpu.provider["gke"] == {"project": "p", "location": "us-central1", "cluster": "c", "mode": "slice",
                                    "nodePool": ""}
     assert "cloud.google.com/gke-nodepool" not in tpu.labels  # each slice is a node pool of its own name
@@ -159,12 +186,17 @@ def test_the_gke_block_puts_gkes_labels_and_taints_in_the_model() -> None:
     assert [str(t) for t in tpu.taints] == ["google.com/tpu=present:NoSchedule"]
     assert gpu.labels["cloud.google.com/gke-nodepool"] == "l4"
     assert [str(t) for t in gpu.taints] == ["nvidia.com/gpu=present:NoSchedule"]
+    assert "cloud.google.com/gke-flex-start" not in gpu.labels
+    assert flex.provider["gke"]["maxRunDurationSeconds"] == 86400
+    assert flex.labels["cloud.google.com/gke-flex-start"] == dws.labels["cloud.google.com/gke-flex-start"] == "true"
+    assert [str(t) for t in dws.taints] == ["nvidia.com/gpu=present:NoSchedule",
+                                            "cloud.google.com/gke-queued=true:NoSchedule"]
 
 
 @pytest.mark.parametrize(("pool", "problem"), [
     ("{name: a, machineType: ct5lp-hightpu-4t, tpuTopology: 2x4, zone: z-a-1, maxUnits: 1, "
-     "gke: {project: p, location: l, cluster: c, mode: resize-request, nodePool: x}}",
-     "nodePools[0] (a).gke.mode: resize-request adds single VMs to an existing node pool; a unit of 2 hosts"),
+     "gke: {project: p, location: l, cluster: c, mode: resize, nodePool: x}}",
+     "nodePools[0] (a).gke.mode: resize adds single VMs to an existing node pool; a unit of 2 hosts"),
     ("{name: a, machineType: g2-standard-8, zone: z-a-1, maxUnits: 1, "
      "gke: {project: p, location: l, cluster: c, mode: resize}}",
      "nodePools[0] (a).gke.nodePool: is required with mode resize"),
@@ -172,8 +204,19 @@ def test_the_gke_block_puts_gkes_labels_and_taints_in_the_model() -> None:
      "nodePools[0] (a).zone: is required with gke"),
     ("{name: a, machineType: g2-standard-8, zone: z-a-1, maxUnits: 1, "
      "gke: {project: p, location: l, cluster: c, mode: fast}}",
-     "nodePools[0] (a).gke.mode: must be one of slice, resize-request, resize; got 'fast'"),
-], ids=["slice-in-resize-mode", "resize-without-node-pool", "no-zone", "unknown-mode"])
+     "nodePools[0] (a).gke.mode: must be one of slice, resize, flex-start, queued-provisioning; got 'fast'"),
+    ("{name: a, machineType: g2-standard-8, zone: z-a-1, maxUnits: 1, "
+     "gke: {project: p, location: l, cluster: c, mode: resize-request, nodePool: x}}",
+     "nodePools[0] (a).gke.mode: 'resize-request' was removed: it sent Compute Engine resize requests to an ordinary "
+     "node pool's instance group"),
+    ("{name: a, machineType: g2-standard-8, zone: z-a-1, maxUnits: 1, "
+     "gke: {project: p, location: l, cluster: c, mode: resize, nodePool: x, maxRunDurationSeconds: 3600}}",
+     "nodePools[0] (a).gke.maxRunDurationSeconds: applies to modes flex-start, queued-provisioning"),
+    ("{name: a, machineType: g2-standard-8, zone: z-a-1, maxUnits: 1, "
+     "gke: {project: p, location: l, cluster: c, mode: flex-start, nodePool: x, maxRunDurationSeconds: 60}}",
+     "nodePools[0] (a).gke.maxRunDurationSeconds: Input should be greater than or equal to 600"),
+], ids=["slice-in-resize-mode", "resize-without-node-pool", "no-zone", "unknown-mode", "removed-mode",
+        "run-duration-of-resize", "run-duration-too-short"])
 def test_gke_block_problems_are_reported(pool: str, problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_pool_yaml(f"nodePools:\n  - {pool}\n")
@@ -193,6 +236,18 @@ def test_nodes_are_recognised_by_slice_labels_or_by_node_pool_and_name() -> None
     assert provider.node_ref("gke-c-l4-1a2b3c4d-x9z1", l4) == NodeRef("gpu-l4", None, None)  # not made by gangscale
     assert provider.node_ref(vm, {**l4, "topology.kubernetes.io/zone": "us-central1-c"}) is None  # another zone
     assert provider.node_ref("n", {"cloud.google.com/gke-nodepool": "default-pool"}) is None
+    flex = {"cloud.google.com/gke-nodepool": "flex", "topology.kubernetes.io/zone": "us-central1-b"}
+    made = {**flex, "autoscaling.gke.io/provisioning-request": names.resize_request_name(token)}
+    assert provider.node_ref("gke-c-flex-1a2b3c4d-x9z1", made) == NodeRef("flex-l4", "gke-c-flex-1a2b3c4d-x9z1",
+                                                                          names.claim(token))
+    assert provider.node_ref("gke-c-flex-1a2b3c4d-x9z2", flex) == NodeRef("flex-l4", None, None)
+    dws = {"cloud.google.com/gke-nodepool": "dws", "topology.kubernetes.io/zone": "us-central1-b",
+           "autoscaling.gke.io/provisioning-request": names.gke_resize_request_name(
+               "default", names.resize_request_name(token))}
+    assert provider.node_ref("gke-c-dws-1a2b3c4d-x9z1", dws) == NodeRef("dws-a3", "gke-c-dws-1a2b3c4d-x9z1",
+                                                                        names.claim(token))
+    kueue = {**dws, "autoscaling.gke.io/provisioning-request": names.gke_resize_request_name("team-a", "job-1")}
+    assert provider.node_ref("gke-c-dws-1a2b3c4d-x9z3", kueue) == NodeRef("dws-a3", None, None)  # someone else's
 
 
 def test_a_cluster_is_written_as_a_pool_file_and_autoscaled_pools_are_refused() -> None:
@@ -207,9 +262,18 @@ def test_a_cluster_is_written_as_a_pool_file_and_autoscaled_pools_are_refused() 
            "config": {"machineType": "g2-standard-8", "taints": [{"key": "team", "value": "x",
                                                                   "effect": "NO_EXECUTE"}]}}
     assert [(p["name"], p["zone"], p["gke"]["mode"], p["taints"]) for p in _pools_of(gpu, "p", "us-west4", "c")] == [
-        ("l4-a", "us-west4-a", "resize-request", [{"key": "team", "value": "x", "effect": "NoExecute"}]),
-        ("l4-b", "us-west4-b", "resize-request", [{"key": "team", "value": "x", "effect": "NoExecute"}])]
+        ("l4-a", "us-west4-a", "resize", [{"key": "team", "value": "x", "effect": "NoExecute"}]),
+        ("l4-b", "us-west4-b", "resize", [{"key": "team", "value": "x", "effect": "NoExecute"}])]
+    flex = {"name": "flex", "locations": ["us-west4-a"],
+            "config": {"machineType": "g2-standard-8", "flexStart": True, "maxRunDuration": "86400s"}}
+    assert [p["gke"] for p in _pools_of(flex, "p", "us-west4", "c")] == [
+        {"project": "p", "location": "us-west4", "cluster": "c", "mode": "flex-start", "nodePool": "flex",
+         "maxRunDurationSeconds": 86400}]
+    dws = {"name": "dws", "locations": ["us-west4-a"], "queuedProvisioning": {"enabled": True},
+           "autoscaling": {"enabled": True, "totalMaxNodeCount": 8},
+           "config": {"machineType": "a3-highgpu-8g", "flexStart": True}}
+    assert _refusal(dws) is None
+    assert [p["gke"]["mode"] for p in _pools_of(dws, "p", "us-west4", "c")] == ["queued-provisioning"]
     refusal = _refusal({"name": "l4", "autoscaling": {"enabled": True, "maxNodeCount": 6}})
     assert refusal is not None and "GKE's cluster autoscaler manages it (maxNodeCount 6)" in refusal
-    assert _refusal({"name": "q", "queuedProvisioning": {"enabled": True}}) is not None
     assert _refusal(gpu) is None

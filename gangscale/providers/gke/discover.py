@@ -3,13 +3,17 @@
 Each node pool becomes what gangscale can do with it:
 
 - a multi-host TPU pool (``placementPolicy.tpuTopology`` whose slice spans several VMs) becomes a ``slice`` pool:
-  gangscale makes each new slice as a node pool of its own, copying this pool's node config (``nodePool`` names
-  it as the template);
-- any other pool becomes one ``resize-request`` pool per zone of its ``locations``: gangscale adds VMs to the
-  pool's instance group in that zone;
-- a pool GKE's own autoscaler manages, or one with queued provisioning (fed only through GKE's own
-  ProvisioningRequest class), is left out, and the reason is written at the top of the file and on stderr: two
-  autoscalers on one pool undo each other's work.
+  gangscale makes each new slice as a node pool of its own, copying this pool's node config, management and
+  upgrade settings (``nodePool`` names it as the template);
+- a pool with queued provisioning (``queuedProvisioning.enabled``) becomes one ``queued-provisioning`` pool per
+  zone: gangscale asks GKE for its nodes with ``queued-provisioning.gke.io`` ProvisioningRequests (such a pool keeps
+  GKE's autoscaling on: it is what serves those requests);
+- a flex-start pool (``config.flexStart``) becomes one ``flex-start`` pool per zone, its ``config.maxRunDuration``
+  as ``maxRunDurationSeconds``: gangscale asks its instance group for VMs with resize requests;
+- any other pool becomes one ``resize`` pool per zone of its ``locations``: gangscale adds named VMs to the pool's
+  instance group in that zone;
+- a pool GKE's own autoscaler manages (other than a queued-provisioning one) is left out, and the reason is
+  written at the top of the file and on stderr: two autoscalers on one pool undo each other's work.
 
 Labels and taints are the node config's own (GKE and gangscale add theirs); ``maxUnits`` cannot be read from a
 pool GKE does not autoscale, so it is written as a stated default for the operator to set to their budget.
@@ -22,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from gangscale.configschema import MAX_RUN_SECONDS, MIN_RUN_SECONDS
 from gangscale.model.catalog import CATALOG, tpu_hosts
 from gangscale.providers.gke.client import GcpHttp
 from gangscale.providers.gke.pools import RESERVED_PREFIXES
@@ -53,6 +58,8 @@ async def pool_file_from_gke(http: GcpHttp, project: str, location: str, cluster
 
 def _refusal(node_pool: JSON) -> str | None:
     autoscaling = node_pool.get("autoscaling") or {}
+    if (node_pool.get("queuedProvisioning") or {}).get("enabled"):
+        return None
     if autoscaling.get("enabled"):
         limits = [f"{k} {autoscaling[k]}" for k in ("minNodeCount", "maxNodeCount", "totalMinNodeCount",
                                                     "totalMaxNodeCount") if k in autoscaling]
@@ -60,8 +67,6 @@ def _refusal(node_pool: JSON) -> str | None:
                 "; two autoscalers on one pool undo each other's work: disable it "
                 f"(gcloud container node-pools update {node_pool.get('name')} --no-enable-autoscaling) to hand the "
                 "pool to gangscale")
-    if (node_pool.get("queuedProvisioning") or {}).get("enabled"):
-        return "queued provisioning: its nodes come only through GKE's own ProvisioningRequest class"
     return None
 
 
@@ -87,11 +92,32 @@ def _pools_of(node_pool: JSON, project: str, location: str, cluster: str) -> lis
                          "nodePool": name}}]
     if topology:
         common["tpuTopology"] = topology
+    gke: JSON = {"project": project, "location": location, "cluster": cluster, "mode": _mode(node_pool),
+                 "nodePool": name}
+    run = _seconds(str(config.get("maxRunDuration") or ""))
+    if run is not None and gke["mode"] != "resize" and MIN_RUN_SECONDS <= run <= MAX_RUN_SECONDS:
+        gke["maxRunDurationSeconds"] = run
     return [{"name": _pool_name(name, zone if len(zones) > 1 else ""), **common, "zone": zone,
-             "maxUnits": DEFAULT_MAX_UNITS,
-             "gke": {"project": project, "location": location, "cluster": cluster, "mode": "resize-request",
-                     "nodePool": name}}
+             "maxUnits": DEFAULT_MAX_UNITS, "gke": dict(gke)}
             for zone in zones]
+
+
+def _mode(node_pool: JSON) -> str:
+    if (node_pool.get("queuedProvisioning") or {}).get("enabled"):
+        return "queued-provisioning"
+    if (node_pool.get("config") or {}).get("flexStart"):
+        return "flex-start"
+    return "resize"
+
+
+def _seconds(duration: str) -> int | None:
+    """A google-duration (``"86400s"``, ``"3.5s"``) as whole seconds; None when absent or not one."""
+    if not duration.endswith("s"):
+        return None
+    try:
+        return int(float(duration[:-1]))
+    except ValueError:
+        return None
 
 
 def _pool_name(node_pool: str, zone: str) -> str:

@@ -16,6 +16,9 @@ RESERVED_PREFIXES = ("cloud.google.com/", "kubernetes.io/", "node.kubernetes.io/
 #: Taints GKE puts on GPU and TPU nodes by itself.
 GKE_TAINTS = frozenset({GPU_RESOURCE, TPU_RESOURCE})
 EFFECTS = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
+#: The run duration of flex-start and queued-provisioning capacity when the pool file gives none: 7 days, what GKE
+#: asks for (GKE's published autoscaler: ``maxRunDurationSeconds`` or 7 days; its documentation: at most 7 days).
+DEFAULT_RUN_SECONDS = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class GkePool:
     cluster: str
     mode: str
     node_pool: str
+    #: ``flex-start``/``queued-provisioning``: the run duration asked for (None: GKE's default).
+    run_seconds: int | None = None
 
     @property
     def name(self) -> str:
@@ -62,8 +67,10 @@ def gke_pools(pools: Mapping[str, NodePool]) -> dict[str, GkePool]:
         raw: Mapping[str, Any] | None = pool.provider.get("gke")
         if raw is None:
             continue
+        run = raw.get("maxRunDurationSeconds")
         out[name] = GkePool(pool, str(raw["project"]), str(raw["location"]), str(raw["cluster"]),
-                            str(raw.get("mode", "slice")), str(raw.get("nodePool", "")))
+                            str(raw.get("mode", "slice")), str(raw.get("nodePool", "")),
+                            None if run is None else int(run))
     return out
 
 

@@ -214,12 +214,12 @@ class Slices:
 
 def management(template: JSON | None, channel: str) -> JSON:
     """A slice's ``management``: the template pool's auto-repair and auto-upgrade (GKE's defaults, both on, without
-    a template), both on when the cluster is enrolled in a release channel. GKE refuses a node pool with either off
-    in such a cluster (``ReleaseChannel``: "Node auto-upgrade defaults to true and cannot be disabled", container
+    a template), auto-upgrade on when the cluster is enrolled in a release channel: GKE refuses a node pool with it
+    off in such a cluster (``ReleaseChannel``: "Node auto-upgrade defaults to true and cannot be disabled", container
     v1 discovery document; the refusal's text: ``research/cloud-providers.md`` §1.9), and new clusters are enrolled
     in REGULAR by default (``Cluster.releaseChannel``). Only the two settable fields are copied."""
     found = template or {}
     out = {"autoRepair": bool(found.get("autoRepair", True)), "autoUpgrade": bool(found.get("autoUpgrade", True))}
     if channel and channel != "UNSPECIFIED":
-        out = {"autoRepair": True, "autoUpgrade": True}
+        out["autoUpgrade"] = True
     return out

@@ -18,16 +18,19 @@ Usage::
 Modules: ``server`` (:class:`FakeGcp`: HTTP, auth, faults, the ticker), ``container`` and ``compute`` (the two
 APIs' handlers and request checks), ``metadata``, ``engine`` (VMs, MIGs, resize requests, compute operations, time),
 ``pools`` (node pools and their operations), ``nodes`` (the Nodes a kubelet would register), ``render`` (the JSON),
-``state``, ``faults``, ``errors``, ``routing``, ``wire`` (timestamps, links, names, machine shapes).
+``templates`` (the MIGs' instance templates: provisioning model, end of life, which MIGs take resize requests),
+``queued``, ``queuedplan`` and ``queuedstatus`` (GKE's handling of ``queued-provisioning.gke.io``
+ProvisioningRequests), ``state``, ``faults``, ``errors``, ``routing``, ``wire`` (timestamps, links, names, machine
+shapes).
 
 Faithful (what a provider may rely on)
 --------------------------------------
 - Paths, methods and camelCase JSON of: nodePools list/get/create/delete/setSize/setAutoscaling, operations
   get/list/cancel, clusters get (container); instanceGroupManagers list/get/listManagedInstances (POST)/resize/
   createInstances/deleteInstances, instanceGroupManagerResizeRequests insert/get/list/cancel/delete, instances get,
-  zoneOperations get/wait (compute). Proto3 JSON as Google sends it: int64/uint64 as strings (ids,
-  ``acceleratorCount``, ``requestedRunDuration.seconds``, ``maxPodsPerNode``), empty lists and unset messages left
-  out (an empty list answer is ``{}``, without ``nodePools``/``operations``/``managedInstances``/``items``).
+  instanceTemplates get, zoneOperations get/wait (compute). Proto3 JSON as Google sends it: int64/uint64 as strings
+  (ids, ``acceleratorCount``, ``requestedRunDuration.seconds``, ``maxPodsPerNode``), empty lists and unset messages
+  left out (an empty list answer is ``{}``, without ``nodePools``/``operations``/``managedInstances``/``items``).
 - Errors in the AIP-193 envelope ``{"error": {"code", "message", "status", "errors": [{"message", "domain",
   "reason"}]}}`` (container errors also carry ``details[RequestInfo]``). VERBATIM texts: 401 (missing / invalid
   credentials, with ``WWW-Authenticate``), 404 ``Not found: projects/…/nodePools/NP.``, 409 ``Already exists:
@@ -69,7 +72,42 @@ Faithful (what a provider may rely on)
   such instances every ``retry_seconds`` (``CREATING`` retries forever). Resize requests: ``CREATING`` →
   ``ACCEPTED`` → ``SUCCEEDED`` (all VMs in one instant) or ``FAILED`` (``status.error.errors[]``; members removed,
   target size back) or ``CANCELLED``; ``status.lastAttempt.error.errors[]`` while waiting; their members count in
-  ``targetSize`` from the start; ``requestedRunDuration`` deletes the VMs when it ends.
+  ``targetSize`` from the start. Cancel only while ACCEPTED; delete only once not active, and deleting a SUCCEEDED
+  request leaves its VMs (Google: deleting a request does not delete the VMs it made).
+- Instance templates and flex-start (:mod:`.templates`, with sources): each MIG's ``instanceTemplate`` is served by
+  ``instanceTemplates.get`` at the path its URL names, with ``properties.machineType`` and
+  ``properties.scheduling.provisioningModel`` from the node pool: ``config.flexStart`` → ``FLEX_START`` with
+  ``instanceTerminationAction: DELETE``, ``onHostMaintenance: TERMINATE`` and ``maxRunDuration`` (from
+  ``config.maxRunDuration``, container v1 ``NodeConfig``); ``config.spot`` → ``SPOT``; else ``STANDARD``;
+  ``reservationAffinity`` from ``config.reservationAffinity``. A resize request on a MIG whose template is neither
+  ``FLEX_START`` nor ``RESERVATION_BOUND`` and consumes no specific reservation is refused with 400 (Google's "About
+  resize requests in a MIG": resize requests are for those provisioning models; the wording is the fake's own);
+  ``requestedRunDuration`` is optional (gcloud's reference: optional for FLEX_START or reservation MIGs, the only ones
+  taken) and 10 minutes to 7 days when given. A VM made by a resize request carries the metadata item
+  ``google-compute-mig-resize-request`` = the request's name (GKE's code: set by Compute Engine, copied by GKE into a
+  Node label). A VM's end of life — the request's ``requestedRunDuration`` counted from its success, else the
+  template's ``maxRunDuration`` counted from the VM's creation — is shown as the output-only
+  ``ManagedInstance.scheduling.terminationTimestamp`` and ``Instance.resourceStatus.scheduling.terminationTimestamp``,
+  and the VM is deleted then ("At the end of the run duration instance will be deleted",
+  ``InstanceGroupManagerResizeRequest.requestedRunDuration``).
+- Queued provisioning (:mod:`.queued`, rules and sources in :mod:`.queuedstatus`): with a Kubernetes client, the fake
+  plays GKE's autoscaler for ProvisioningRequests (``autoscaling.x-k8s.io/v1``) of class
+  ``queued-provisioning.gke.io``, as GoogleCloudPlatform/cluster-autoscaler does: ``Accepted=False/NotAccepted``
+  first; the target is the queued node pool the PodTemplate's ``cloud.google.com/gke-nodepool`` selector names (zone
+  from ``topology.kubernetes.io/zone``, else the pool's first); problems (``MissingPodTemplates``,
+  ``NoQueuedNodepoolAvailable``, ``ProvisioningRequestNotSchedulableInNodepool``, ``NodepoolSizeReached``) are
+  ``Accepted=False`` for 2 minutes, then ``Failed=True``; ``status.provisioningClassDetails`` (``NodeGroupName``,
+  ``ResizeRequestName``, ``NodePoolName``, ``SelectedZone``, ``AcceleratorType``, ``NodePoolAutoProvisioned``,
+  ``PodTemplateName``, ``ProvisioningMode``) is written, then a MIG resize request named as GKE names it
+  (``gke-<ns≤20>-<name≤20>-<16 hex of sha256>``) for the bin-packed node count with ``requestedRunDuration`` =
+  ``maxRunDurationSeconds`` or 7 days, then ``Accepted=True/SuccessfullyQueued``; last-attempt errors →
+  ``Provisioned=False`` (``ResourcePoolExhausted``, ``QuotaExceeded``, GCE's message); SUCCEEDED →
+  ``Provisioned=True`` at once; 10 minutes later ``BookingExpired=True``; at Provisioned + the run duration
+  ``CapacityRevoked=True`` (the VMs are deleted then); FAILED → ``Failed=True`` with the mapped reason;
+  ``ValidUntilSeconds`` → ``Failed=True/WaitTimeExceeded``. A deleted request's resize request is cancelled if
+  ACCEPTED and deleted (its Nodes, if any, stay), as are those of ended requests an hour after they ended. Status is
+  written with ``PUT …/status`` (``UpdateStatus``); conditions are upstream ``metav1.Condition`` s whose
+  ``lastTransitionTime`` moves when status, reason or message changes, with ``observedGeneration``.
 - Metadata server: ``GET /`` answers with ``Metadata-Flavor: Google``; ``/computeMetadata/v1/…`` requires the
   request header (403 otherwise); ``…/service-accounts/default/token`` → ``{"access_token", "expires_in",
   "token_type": "Bearer"}``; ``…/default/?recursive=true`` → ``{"aliases", "email", "scopes"}``; ``project/project-id``
@@ -78,9 +116,13 @@ Faithful (what a provider may rely on)
   ``gce://<project>/<zone>/<instance>``, the pool's ``config.labels`` plus ``cloud.google.com/gke-nodepool``,
   ``kubernetes.io/hostname``, ``kubernetes.io/os``/``arch``, ``node.kubernetes.io/instance-type``,
   ``topology.kubernetes.io/zone``/``region``, ``cloud.google.com/machine-family``, ``cloud.google.com/gke-spot``
-  (spot pools), ``cloud.google.com/gke-accelerator`` (GPU machine or ``config.accelerators[0].acceleratorType``),
+  (spot pools), ``cloud.google.com/gke-flex-start: "true"`` (flex-start pools: GKE's documented nodeSelector),
+  ``autoscaling.gke.io/provisioning-request: <resize request>`` (VMs made by a resize request, from registration),
+  ``cloud.google.com/gke-accelerator`` (GPU machine or ``config.accelerators[0].acceleratorType``),
   ``cloud.google.com/gke-tpu-accelerator`` and ``…-tpu-topology`` (TPU); the pool's taints plus
-  ``nvidia.com/gpu=present:NoSchedule`` / ``google.com/tpu=present:NoSchedule``; capacity and allocatable from
+  ``nvidia.com/gpu=present:NoSchedule`` / ``google.com/tpu=present:NoSchedule`` and, on a
+  ``queuedProvisioning.enabled`` pool, ``cloud.google.com/gke-queued=true:NoSchedule`` (GKE's code: "the taint added
+  to the queued provisioning nodepools"); capacity and allocatable from
   :mod:`gangscale.model.catalog`; ``Ready=False`` at registration (``register_seconds`` after the VM runs),
   ``Ready=True`` ``ready_seconds`` later (strategic merge patch on ``/status``) unless its VM's kubelet is broken
   (below); the Node is deleted when its VM is gone (404 ignored).
@@ -117,14 +159,25 @@ Simplified, and gaps (a provider must not rely on these)
   VMs missing). Which it is is fixed when the VM is created, for its whole life: nothing repairs such a node
   (GKE's node auto-repair would recreate the VM after a while; the pool's status and conditions never show it).
 - Quota: only the regional ``CPUS`` quota of VMs that exist (not of instances still CREATING); no GPU/TPU quotas.
-  Stock is per ``(zone, machineType)`` and given back when a VM is deleted. No reservations, spot preemption,
-  flex-start, DWS queueing order, repair, upgrades, autoscaler (``autoscaling`` is stored, never acted on), or
-  cluster create/delete (clusters come from :meth:`FakeGcp.add_cluster`).
+  Stock is per ``(zone, machineType)`` and given back when a VM is deleted. No reservations (a reservation
+  affinity is only shown in the template), spot preemption, DWS queueing order or capacity search, repair,
+  upgrades, autoscaler (``autoscaling`` is stored, never acted on, except that a queued request may not exceed its
+  maximum), or cluster create/delete (clusters come from :meth:`FakeGcp.add_cluster`).
+- Flex-start and templates: the template is partial (see :mod:`.templates`); Google does not document whether a
+  MIG's target size drops when a VM reaches its end of life: the fake assumes it does (the member leaves, as with
+  deleteInstances). A resize-request VM's own ``scheduling`` is its template's. ``config.maxRunDuration`` of a pool
+  that is not flex-start is not applied to its VMs. GKE's flex-start node label ``cloud.google.com/gke-provisioning``
+  and ``cloud.google.com/gke-max-run-duration-seconds`` (written by GKE's node auto-provisioning) are not set.
+- Queued provisioning: see :mod:`.queued` for what is left out: it reacts at once (no ~10 s loops), considers
+  only the pool the template names, does no OBTAINABILITY, bulk MIGs or auto-provisioning, and does NOT model GKE's
+  scale-down of the empty nodes after the booking ends or after a request is deleted (such nodes stay until their
+  run duration ends); the texts of predicate failures inside ``ProvisioningRequestNotSchedulableInNodepool``
+  messages, and of resize-request refusals, are the fake's own.
 - VMs: PROVISIONING → STAGING → RUNNING over ``boot_seconds``; a deleted VM is STOPPING for ``vm_delete_seconds`` and
   then gone (no TERMINATED); its Node is deleted when it is gone, or ``node_delete_seconds`` later (on GKE the cloud
   node lifecycle controller deletes it once it notices the VM missing). ``currentAction`` is CREATING until the VM
   runs (no VERIFYING, no CREATING_WITHOUT_RETRIES, no instance health). Instance and MIG JSON are partial (no disks,
-  networks, templates or autoscaler resources served); compute timestamps are UTC with milliseconds and ``+00:00``
+  networks or autoscaler resources served); compute timestamps are UTC with milliseconds and ``+00:00``
   (GCE uses a Pacific offset). Resize requests try all their VMs at once every ``retry_seconds``; they fail only
   through ``resize_request_fail_after``; ``instances`` (named VMs) is accepted as well as ``resizeBy``; any MIG
   ``resize`` is refused while one is active, and their members cannot be deleted before they succeed.

@@ -1,5 +1,15 @@
-"""compute.googleapis.com/compute/v1: the managed instance groups under the fake's node pools, their resize
-requests, instances and zone operations.
+"""compute.googleapis.com/compute/v1: the managed instance groups under the fake's node pools, their instance
+templates, resize requests, instances and zone operations.
+
+A resize request is refused (400, the fake's own wording) on a MIG whose template is neither flex-start nor
+reservation-bound and consumes no specific reservation: Google's "About resize requests in a MIG" says resize
+requests are for the flex-start and reservation-bound provisioning models (:mod:`.templates`).
+``requestedRunDuration`` stays optional: the gcloud reference ("resize-requests create") says it is optional when
+the MIG uses FLEX_START or consumes a reservation and required otherwise, and every other MIG is refused before that
+matters; when given, it must be 10 minutes to 7 days (the range the fake has always checked; gangscale's
+``configschema`` cites the compute discovery document and "About resize requests in a MIG" for it). "At the end of
+the run duration instance will be deleted" (``InstanceGroupManagerResizeRequest.requestedRunDuration``): counted
+from when the request SUCCEEDED.
 
 Every mutating call takes an optional ``requestId`` (a UUID, not the zero UUID): the first call with it is applied
 and makes an Operation; any later call with the same ``requestId`` answers that same Operation (as it is now) and
@@ -16,6 +26,7 @@ from gangscale.sim.gcp import render
 from gangscale.sim.gcp.engine import Engine
 from gangscale.sim.gcp.routing import Req, Route, int_field, route
 from gangscale.sim.gcp.state import ACTIVE_RR_STATES, CANCELLED, ComputeOp, Member, Mig, ResizeRequest
+from gangscale.sim.gcp.templates import instance_template, resize_request_refusal, template_name
 from gangscale.sim.gcp.wire import COMPUTE_NAME_REGEX, parse_instance_url, valid_compute_name, valid_request_id
 
 JSON = dict[str, Any]
@@ -58,6 +69,7 @@ class ComputeAPI:
             r("POST", f"{rrs}/{{rr}}/cancel", self.cancel_resize_request, True),
             r("DELETE", f"{rrs}/{{rr}}", self.delete_resize_request, True),
             r("GET", f"{BASE}/instances/{{instance}}", self.get_instance, False),
+            r("GET", "/compute/v1/projects/{project}/global/instanceTemplates/{template}", self.get_template, False),
             r("GET", f"{BASE}/operations/{{op}}", self.get_operation, False),
             route("POST", f"{BASE}/operations/{{op}}/wait", self.get_operation, mutating=False, api="compute",
                   hold=True),
@@ -233,7 +245,16 @@ class ComputeAPI:
         vm = self.state.vms.get((req["zone"], req["instance"]))
         if vm is None:
             raise E.compute_not_found(f"projects/{req['project']}/zones/{req['zone']}/instances/{req['instance']}")
-        return 200, render.instance(self.links, vm, req.now)
+        mig = self.state.mig(vm.zone, vm.mig)
+        return 200, render.instance(self.links, vm, req.now, self.state.pool_of(mig) if mig is not None else None)
+
+    def get_template(self, req: Req) -> tuple[int, JSON]:
+        self._project(req)
+        for mig in self.state.migs.values():
+            pool = self.state.pool_of(mig)
+            if pool is not None and template_name(mig) == req["template"]:
+                return 200, instance_template(self.links, mig, pool)
+        raise E.compute_not_found(f"projects/{req['project']}/global/instanceTemplates/{req['template']}")
 
     def get_operation(self, req: Req) -> tuple[int, JSON]:
         return 200, render.compute_operation(self.links, self.operation(req))
@@ -278,6 +299,10 @@ class ComputeAPI:
             if count < 1:
                 raise E.invalid(f"Invalid value for field 'resource.resizeBy': '{count}'. Must be greater than 0.")
         duration, seconds = self._duration(body.get("requestedRunDuration"))
+        pool = self.state.pool_of(mig)
+        refusal = None if pool is None else resize_request_refusal(pool, mig)
+        if refusal is not None:
+            raise E.invalid(refusal)
         if name in mig.resize_requests:
             raise E.compute_exists(f"projects/{self.state.project}/zones/{mig.zone}/instanceGroupManagers/"
                                    f"{mig.name}/resizeRequests/{name}")

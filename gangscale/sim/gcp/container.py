@@ -18,6 +18,7 @@ from gangscale.sim.gcp.nodes import EFFECTS
 from gangscale.sim.gcp.pools import ACTIVITIES, PoolSpec
 from gangscale.sim.gcp.routing import Req, Route, int_field, route
 from gangscale.sim.gcp.state import DONE, Cluster, NodePool
+from gangscale.sim.gcp.templates import duration_seconds
 from gangscale.sim.gcp.wire import POOL_NAME_REGEX, machine_shape, region_of, valid_pool_name
 
 JSON = dict[str, Any]
@@ -265,9 +266,12 @@ def parse_pool(body: JSON, cluster: Cluster) -> PoolSpec:
 
 def _management(raw: Any, cluster: Cluster) -> JSON:
     """``NodeManagement``, GKE's defaults (auto-repair and auto-upgrade on) filled in. A cluster enrolled in a
-    release channel refuses either off: "Node auto-upgrade defaults to true and cannot be disabled" (the container v1
-    discovery document's ``ReleaseChannel``); the 400 text is VERBATIM from reports of it
-    (``research/cloud-providers.md`` §1.9)."""
+    release channel refuses auto-upgrade off: "Node auto-upgrade defaults to true and cannot be disabled" (the
+    container v1 discovery document's ``ReleaseChannel``; GKE's release-channel documentation: use a maintenance
+    exclusion instead); the 400 text is VERBATIM from reports of it (``research/cloud-providers.md`` §1.9). Auto-repair
+    may be off there: GKE's current documentation allows it on Standard node pools in a channel, and its
+    queued-provisioning how-to creates pools with ``--no-enable-autorepair`` (older reports, from 2020, show it
+    refused too)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -279,11 +283,8 @@ def _management(raw: Any, cluster: Cluster) -> JSON:
     out = {"autoRepair": raw.get("autoRepair", True), "autoUpgrade": raw.get("autoUpgrade", True),
            **{k: v for k, v in raw.items() if k not in ("autoRepair", "autoUpgrade")}}
     channel = cluster.release_channel
-    if channel and channel != "UNSPECIFIED":
-        off = " and ".join(name for name, key in (("auto_upgrade", "autoUpgrade"), ("auto_repair", "autoRepair"))
-                           if out[key] is False)
-        if off:
-            raise E.invalid(f"{off.capitalize()} cannot be false when release_channel {channel} is set.")
+    if channel and channel != "UNSPECIFIED" and out["autoUpgrade"] is False:
+        raise E.invalid(f"Auto_upgrade cannot be false when release_channel {channel} is set.")
     return out
 
 
@@ -329,6 +330,12 @@ def _config(raw: Any) -> JSON:
         config["accelerators"] = normalized
     if not isinstance(config["machineType"], str):
         raise E.invalid("Invalid value at 'node_pool.config.machine_type' (TYPE_STRING).")
+    for key in ("flexStart", "spot"):
+        if key in config and not isinstance(config[key], bool):
+            raise E.invalid(f"Invalid value at 'node_pool.config.{_snake(key)}' (TYPE_BOOL), {json.dumps(config[key])}")
+    if "maxRunDuration" in config and duration_seconds(config["maxRunDuration"]) is None:
+        raise E.invalid("Invalid value at 'node_pool.config.max_run_duration' (type.googleapis.com/"
+                        f"google.protobuf.Duration), {json.dumps(config['maxRunDuration'])}")
     return config
 
 

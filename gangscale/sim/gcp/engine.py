@@ -17,7 +17,7 @@ from typing import Any
 from gangscale.sim.gcp import errors as E
 from gangscale.sim.gcp.faults import GcpFaults
 from gangscale.sim.gcp.nodes import DELETE, READY, REGISTER, NodeAction, node_body
-from gangscale.sim.gcp.pools import PoolLogic
+from gangscale.sim.gcp.pools import SLICE, PoolLogic
 from gangscale.sim.gcp.state import (
     ACCEPTED,
     ACTIVE_RR_STATES,
@@ -33,6 +33,7 @@ from gangscale.sim.gcp.state import (
     ResizeRequest,
     Vm,
 )
+from gangscale.sim.gcp.templates import max_run_seconds
 from gangscale.sim.gcp.wire import Links, Names, region_of
 
 JSON = dict[str, Any]
@@ -110,11 +111,16 @@ class Engine:
     # --- VMs and members --------------------------------------------------------------------------------
 
     def new_vm(self, pool: NodePool, mig: Mig, member: Member, t: float, *, preexisting: bool = False) -> Vm:
+        """A VM for ``member``; one made for a resize request records its name (the instance's metadata item
+        ``google-compute-mig-resize-request``); its template's ``maxRunDuration`` sets its end of life."""
         boot = 0.0 if preexisting else self.faults.boot_seconds
         register = 0.0 if preexisting else self.faults.register_seconds
+        run = max_run_seconds(pool)
         vm = Vm(member.name, mig.zone, pool.machine.name, pool.machine.vcpus, mig.name, self.names.uint64(), t,
                 t + boot, register_at=t + boot + register, preexisting=preexisting,
-                never_ready=not preexisting and self._broken_kubelet(pool))
+                never_ready=not preexisting and self._broken_kubelet(pool),
+                resize_request=member.owner if member.owner not in (None, SLICE) else None,
+                terminate_at=None if run is None else t + run)
         member.vm = vm
         member.errors = []
         self.state.vms[(vm.zone, vm.name)] = vm
@@ -229,11 +235,12 @@ class Engine:
         if pool is not None and self.try_create(pool, members, t):
             for _, member in members:
                 member.owner = None  # from now on ordinary members of the MIG
+                if member.vm is not None and rr.run_seconds is not None:
+                    member.vm.terminate_at = t + rr.run_seconds  # counted from the request's success
             rr.state = SUCCEEDED
             rr.last_errors = []
             rr.retry_at = rr.fail_at = None
-            if rr.run_seconds is not None:
-                rr.expires_at = t + rr.run_seconds
+            rr.ended_at = t
             return
         rr.last_errors = [dict(e) for e in members[0][1].errors] if members and members[0][1].errors else []
         rr.retry_at = t + max(self.faults.retry_seconds, 1e-3)
@@ -241,6 +248,7 @@ class Engine:
     def end_resize_request(self, mig: Mig, rr: ResizeRequest, state: str, t: float) -> None:
         """FAILED or CANCELLED: every VM made for it is rolled back and its members leave the MIG."""
         rr.state = state
+        rr.ended_at = t
         if state == FAILED:
             rr.errors = rr.last_errors or [self.stockout_error(mig.zone, self._machine_of(mig))]
         rr.retry_at = rr.fail_at = None
@@ -273,7 +281,7 @@ class Engine:
             if mig.retry_at is not None:
                 yield mig.retry_at, 0, partial(self.retry_mig, mig)
             for rr in mig.resize_requests.values():
-                for due in (rr.retry_at, rr.fail_at, rr.expires_at):
+                for due in (rr.retry_at, rr.fail_at):
                     if due is not None:
                         yield due, 1, partial(self._rr_event, mig, rr)
         for op in self.state.container_ops.values():
@@ -283,6 +291,8 @@ class Engine:
             if cop.status != DONE:
                 yield cop.due, 3, partial(self._finish_compute, cop)
         for vm in list(self.state.vms.values()):
+            if vm.terminate_at is not None and vm.deleting_at is None:
+                yield vm.terminate_at, 1, partial(self._terminate, vm)
             if vm.gone_at is not None:
                 yield vm.gone_at, 4, partial(self.remove_vm, vm)
             elif vm.register_at is not None:
@@ -317,12 +327,18 @@ class Engine:
         op.end = t
         self.on_compute_done(op.name)
 
+    def _terminate(self, vm: Vm, t: float) -> None:
+        """The VM's end of life: Compute Engine deletes it, and it leaves its MIG's target size (Google does not
+        document whether the target size drops; the fake assumes it does, as for deleteInstances)."""
+        mig = self.state.mig(vm.zone, vm.mig)
+        member = mig.members.get(vm.name) if mig is not None else None
+        if mig is None or member is None or member.vm is not vm:
+            vm.terminate_at = None
+            return
+        self.delete_member(mig, member, t)
+
     def _rr_event(self, mig: Mig, rr: ResizeRequest, t: float) -> None:
-        if rr.expires_at is not None and rr.expires_at <= t:
-            rr.expires_at = None
-            for _, member in self._rr_members(mig, rr):
-                self.delete_member(mig, member, t)
-        elif rr.fail_at is not None and rr.fail_at <= t and rr.state in ACTIVE_RR_STATES:
+        if rr.fail_at is not None and rr.fail_at <= t and rr.state in ACTIVE_RR_STATES:
             self._rr_attempt(mig, rr, t)  # stock that arrived just now still counts
             if rr.state != SUCCEEDED:
                 self.end_resize_request(mig, rr, FAILED, t)

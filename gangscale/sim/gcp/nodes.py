@@ -29,6 +29,17 @@ NODES_PATH = "/api/v1/nodes"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 POOL_LABEL = "cloud.google.com/gke-nodepool"
 INSTANCE_ID_ANNOTATION = "container.googleapis.com/instance_id"
+#: The Node label carrying the name of the MIG resize request that made the VM: GKE's gcp-controller-manager copies
+#: it from the VM's metadata item ``google-compute-mig-resize-request`` (GoogleCloudPlatform/cluster-autoscaler
+#: ``pkg/cloudprovider/gke/labels/system_labels.go``, comment in ``pkg/autoprovisioning/injection.go``).
+PROVISIONING_REQUEST_LABEL = "autoscaling.gke.io/provisioning-request"
+#: On every Node of a flex-start pool: GKE's documented nodeSelector for flex-start VMs (GKE "Run a small batch
+#: workload with GPUs and Flex-start VMs", and the PodTemplate of "…flex-start with queued provisioning").
+FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+#: The taint of queued-provisioning pools, "the taint added to the queued provisioning nodepools"
+#: (GoogleCloudPlatform/cluster-autoscaler ``pkg/provisioningrequests/pods/pods.go``; GKE's how-to says
+#: ``--enable-queued-provisioning`` adds the ``cloud.google.com/gke-queued`` taint).
+QUEUED_TAINT = {"key": "cloud.google.com/gke-queued", "value": "true", "effect": "NoSchedule"}
 #: GKE's taint effects (API enum) → Kubernetes'.
 EFFECTS = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule", "NO_EXECUTE": "NoExecute"}
 
@@ -51,6 +62,15 @@ def gpu_count(pool: NodePool) -> int:
     return given or pool.machine.gpus
 
 
+def pool_allocatable(pool: NodePool) -> dict[str, int]:
+    """What one Node of the pool offers to pods: the catalog's allocatable, with the pool's GPU count."""
+    allocatable = dict(node_allocatable(pool.machine))
+    gpus = gpu_count(pool)
+    if gpus:
+        allocatable[GPU_RESOURCE] = gpus
+    return allocatable
+
+
 def node_body(project: str, pool: NodePool, vm: Vm, now: float) -> JSON:
     """The Node a GKE VM registers: GKE's labels and taints, capacity/allocatable from the machine catalog."""
     machine = pool.machine
@@ -68,6 +88,10 @@ def node_body(project: str, pool: NodePool, vm: Vm, now: float) -> JSON:
     }
     if pool.config.get("spot"):
         labels["cloud.google.com/gke-spot"] = "true"
+    if pool.config.get("flexStart"):
+        labels[FLEX_START_LABEL] = "true"
+    if vm.resize_request is not None:
+        labels[PROVISIONING_REQUEST_LABEL] = vm.resize_request
     accelerators = [a for a in pool.config.get("accelerators") or [] if isinstance(a, dict)]
     if accelerators and accelerators[0].get("acceleratorType"):
         labels[GPU_LABEL] = str(accelerators[0]["acceleratorType"])
@@ -78,10 +102,13 @@ def node_body(project: str, pool: NodePool, vm: Vm, now: float) -> JSON:
         taints.append({"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
     if machine.is_tpu:
         taints.append({"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
+    queued = (pool.extra.get("queuedProvisioning") or {}).get("enabled")
+    if queued and not any((t["key"], t["effect"]) == (QUEUED_TAINT["key"], QUEUED_TAINT["effect"]) for t in taints):
+        taints.append(dict(QUEUED_TAINT))
     capacity: dict[str, int] = {CPU: machine.vcpus * 1000, MEMORY: machine.memory, PODS: DEFAULT_MAX_PODS}
-    allocatable = dict(node_allocatable(machine))
+    allocatable = pool_allocatable(pool)
     if gpus:
-        capacity[GPU_RESOURCE] = allocatable[GPU_RESOURCE] = gpus
+        capacity[GPU_RESOURCE] = gpus
     if machine.tpu_chips:
         capacity[TPU_RESOURCE] = machine.tpu_chips
     return {

@@ -127,7 +127,7 @@ class PoolLogic:
         pool.status = STOPPING
         for mig in pool.migs.values():
             for rr in mig.resize_requests.values():
-                rr.retry_at = rr.fail_at = rr.expires_at = None
+                rr.retry_at = rr.fail_at = None
             mig.retry_at = None
             for member in list(mig.members.values()):
                 self.engine.delete_member(mig, member, t, gone_at=op.min_done)

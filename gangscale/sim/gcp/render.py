@@ -23,10 +23,14 @@ from gangscale.sim.gcp.state import (
     ResizeRequest,
     Vm,
 )
+from gangscale.sim.gcp.templates import scheduling
 from gangscale.sim.gcp.wire import Links, compute_time, container_time
 
 JSON = dict[str, Any]
 GKE_VERSION = "1.33.5-gke.1080000"
+#: The metadata item Compute Engine puts on a VM made by a MIG resize request (GKE's gcp-controller-manager copies
+#: it into the Node label ``autoscaling.gke.io/provisioning-request``; research notes gke-queued-code §6).
+RESIZE_REQUEST_METADATA = "google-compute-mig-resize-request"
 HTTP_MESSAGES = {400: "BAD REQUEST", 403: "FORBIDDEN", 404: "NOT FOUND", 409: "CONFLICT", 412: "PRECONDITION FAILED"}
 
 
@@ -146,13 +150,22 @@ def managed_instance(links: Links, found: Mig, member: Member, now: float) -> JS
     if member.vm is not None:
         out["id"] = member.vm.id
         out["instanceStatus"] = member.vm.status(now)
+        if member.vm.terminate_at is not None and not member.deleting:
+            # Output only: "The timestamp at which the managed instance will be terminated".
+            out["scheduling"] = {"terminationTimestamp": compute_time(member.vm.terminate_at)}
     if member.errors and member.vm is None:
         out["lastAttempt"] = {"errors": {"errors": [dict(e) for e in member.errors]}}
     return out
 
 
-def instance(links: Links, vm: Vm, now: float) -> JSON:
-    return {
+def instance(links: Links, vm: Vm, now: float, pool: NodePool | None = None) -> JSON:
+    """``Instance``: its scheduling as its template's; its end of life (if any) in the output-only
+    ``resourceStatus.scheduling.terminationTimestamp``; metadata ``created-by`` (its MIG) and, for a VM made by a
+    resize request, ``google-compute-mig-resize-request``."""
+    items = [{"key": "created-by", "value": links.mig(vm.zone, vm.mig).split("/compute/v1/")[1]}]
+    if vm.resize_request is not None:
+        items.append({"key": RESIZE_REQUEST_METADATA, "value": vm.resize_request})
+    out: JSON = {
         "kind": "compute#instance",
         "id": vm.id,
         "creationTimestamp": compute_time(vm.created_at),
@@ -161,9 +174,13 @@ def instance(links: Links, vm: Vm, now: float) -> JSON:
         "machineType": links.machine_type(vm.zone, vm.machine_type),
         "status": vm.status(now),
         "selfLink": links.instance(vm.zone, vm.name),
-        "metadata": {"kind": "compute#metadata",
-                     "items": [{"key": "created-by", "value": links.mig(vm.zone, vm.mig).split("/compute/v1/")[1]}]},
+        "metadata": {"kind": "compute#metadata", "items": items},
     }
+    if pool is not None:
+        out["scheduling"] = scheduling(pool)
+    if vm.terminate_at is not None and vm.deleting_at is None:
+        out["resourceStatus"] = {"scheduling": {"terminationTimestamp": compute_time(vm.terminate_at)}}
+    return out
 
 
 def compute_operation(links: Links, op: ComputeOp) -> JSON:

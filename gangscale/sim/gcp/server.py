@@ -6,7 +6,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -20,12 +20,25 @@ from gangscale.sim.gcp.engine import Engine
 from gangscale.sim.gcp.faults import Call, GcpFaults, Hold, InjectedError
 from gangscale.sim.gcp.metadata import Metadata, is_metadata_path
 from gangscale.sim.gcp.nodes import EFFECTS, NodeWorker
+from gangscale.sim.gcp.queued import QueuedProvisioning
 from gangscale.sim.gcp.routing import Req, Route
 from gangscale.sim.gcp.state import DONE, CloudState, Cluster, NodePool
 from gangscale.sim.gcp.wire import Links, Names
 
 JSON = dict[str, Any]
 JSON_TYPE = "application/json"
+
+
+class Observer(Protocol):
+    """Told of every answered container/compute request, with its JSON bodies (None where there was none): the
+    tests check the traffic against Google's discovery documents (:mod:`gangscale.sim.gcp.discovery`)."""
+
+    def __call__(self, *, method: str, path: str, query: Mapping[str, str], request: Any, status: int,
+                 response: Any, user_agent: str) -> None: ...
+
+
+#: Observers of every fake in this process (tests add one for the whole session).
+OBSERVERS: list[Observer] = []
 _K8S_EFFECTS = {k8s: api for api, k8s in EFFECTS.items()}
 _DEFAULT_MESSAGES = {
     400: "Request contains an invalid argument.", 401: E.INVALID_CREDENTIALS,
@@ -73,6 +86,9 @@ class FakeGcp:
         #: Requests to hold (crash tests): see :class:`~gangscale.sim.gcp.faults.Hold`.
         self.holds: list[Hold] = []
         self.nodes = NodeWorker(kube)
+        #: GKE's handling of ``queued-provisioning.gke.io`` ProvisioningRequests (only with a Kubernetes client).
+        self.queued = None if kube is None else QueuedProvisioning(clock, kube, self.engine, advance=self._advance,
+                                                                    poke=self.poke)
         #: token → when it expires (None: never).
         self._tokens: dict[str, float | None] = {token: None}
         self._poke = asyncio.Event()
@@ -98,6 +114,9 @@ class FakeGcp:
         context = detached_context()
         self._tasks = [asyncio.create_task(self._tick(), name="fake-gcp-ticker", context=context),
                        asyncio.create_task(self.nodes.run(), name="fake-gcp-kubelet", context=context)]
+        if self.queued is not None:
+            self._tasks.append(asyncio.create_task(self.queued.run(), name="fake-gcp-queued-provisioning",
+                                                   context=context))
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
@@ -122,9 +141,10 @@ class FakeGcp:
 
     @property
     def quiet(self) -> bool:
-        """No Node call is queued or under way (what is due by the clock's time has been applied only if a request
-        or the ticker ran since the clock moved: call :meth:`settle` to be sure)."""
-        return self.nodes.pending == 0
+        """No Node call is queued or under way and no ProvisioningRequest is being handled (what is due by the
+        clock's time has been applied only if a request or the ticker ran since the clock moved: call
+        :meth:`settle` to be sure)."""
+        return self.nodes.pending == 0 and (self.queued is None or self.queued.quiet)
 
     def poke(self) -> None:
         """Look at the state again now (after a knob such as ``stock`` changed)."""
@@ -203,6 +223,8 @@ class FakeGcp:
         actions, self.engine.actions = self.engine.actions, []
         for action in actions:
             self.nodes.put(action)
+        if self.queued is not None:
+            self.queued.cloud_changed()
 
     async def _tick(self) -> None:
         while True:
@@ -248,10 +270,20 @@ class FakeGcp:
         except E.GcpError as err:
             response = self._error(err, api="compute" if request.path.startswith("/compute/") else "container")
         self.calls.append(Call(now, request.method, request.path, dict(request.query), 0 if lost else response.status))
+        if OBSERVERS and not is_metadata_path(request.path):
+            await self._observed(request, response, 0 if lost else response.status)
         self.poke()
         if lost and request.transport is not None:
             request.transport.close()
         return response
+
+    async def _observed(self, request: web.Request, response: web.StreamResponse, status: int) -> None:
+        sent = await request.read() if request.body_exists else b""
+        answer = response.text if isinstance(response, web.Response) and response.content_type == JSON_TYPE else None
+        for observer in OBSERVERS:
+            observer(method=request.method, path=request.path, query=dict(request.query), request=_json_or_none(sent),
+                     status=status, response=None if answer is None else json.loads(answer),
+                     user_agent=request.headers.get("User-Agent", ""))
 
     async def _held(self, request: web.Request) -> bool:
         """Wait while a :class:`Hold` holds this request; False: drop it unapplied."""
@@ -338,6 +370,15 @@ class FakeGcp:
         err = E.GcpError(injected.status, message, injected.status_name, injected.reason)
         return web.Response(status=injected.status, text=json.dumps(err.body()), content_type=JSON_TYPE,
                             charset="utf-8", headers=headers)
+
+
+def _json_or_none(raw: bytes) -> Any:
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def _cluster_path(path: str) -> tuple[str, str]:

@@ -55,6 +55,11 @@ class Vm:
     preexisting: bool = False
     #: Its Node never turns Ready (``never_ready``, or a broken host of a ``partial_slice_hosts`` slice).
     never_ready: bool = False
+    #: The MIG resize request that made it (its metadata item ``google-compute-mig-resize-request``), or None.
+    resize_request: str | None = None
+    #: Its end of life: Compute Engine deletes it then (a resize request's run duration, or its template's
+    #: ``scheduling.maxRunDuration``); None: it lives until deleted.
+    terminate_at: float | None = None
 
     def status(self, now: float) -> str:
         if self.deleting_at is not None:
@@ -97,7 +102,8 @@ class ResizeRequest:
     last_errors: list[JSON] = field(default_factory=list)
     retry_at: float | None = None
     fail_at: float | None = None
-    expires_at: float | None = None
+    #: When it left ACCEPTED for good (SUCCEEDED, FAILED or CANCELLED).
+    ended_at: float | None = None
 
 
 @dataclass

@@ -27,8 +27,14 @@ from gangscale.sim.quiet import until_quiet
 T = TypeVar("T")
 PROJECT, REGION, ZONE = "demo-project", "us-central1", "us-central1-a"
 CLUSTER = "c1"
-#: A TPU v5e 2x4 slice pool (2 hosts per slice); single-GPU L4 VMs added to the existing pool "l4" by a resize
-#: request; CPU VMs added to the existing pool "cpu" by createInstances.
+FLEX_RUN, DWS_RUN = 3600, 7200
+#: The node pool fields GKE's documented commands give a flex-start and a queued-provisioning node pool.
+FLEX_START = {"config": {"flexStart": True, "reservationAffinity": {"consumeReservationType": "NO_RESERVATION"}}}
+QUEUED = {"queuedProvisioning": {"enabled": True}, **FLEX_START,
+          "autoscaling": {"enabled": True, "totalMinNodeCount": 0, "totalMaxNodeCount": 16, "locationPolicy": "ANY"}}
+#: A TPU v5e 2x4 slice pool (2 hosts per slice); single-GPU L4 VMs and CPU VMs added to the existing pools "l4" and
+#: "cpu" by createInstances. ``DWS_POOLS_YAML`` adds L4 VMs of the flex-start pool "flex" by resize requests (1 h run
+#: duration) and L4 VMs of the queued-provisioning pool "dws" through GKE's ProvisioningRequest class (2 h).
 POOLS_YAML = f"""
 nodePools:
   - name: tpu
@@ -41,7 +47,7 @@ nodePools:
     machineType: g2-standard-8
     zone: {ZONE}
     maxUnits: 8
-    gke: {{project: {PROJECT}, location: {REGION}, cluster: {CLUSTER}, mode: resize-request, nodePool: l4}}
+    gke: {{project: {PROJECT}, location: {REGION}, cluster: {CLUSTER}, mode: resize, nodePool: l4}}
   - name: cpu
     machineType: n2-standard-8
     allocatable: {{cpu: "7", memory: 28Gi}}
@@ -49,6 +55,23 @@ nodePools:
     maxUnits: 8
     gke: {{project: {PROJECT}, location: {REGION}, cluster: {CLUSTER}, mode: resize, nodePool: cpu}}
 """
+#: The same, with the flex-start pool "flex" and the queued-provisioning pool "dws" added.
+DWS_POOLS_YAML = POOLS_YAML + f"""\
+  - name: flex
+    machineType: g2-standard-8
+    zone: {ZONE}
+    maxUnits: 8
+    gke: {{project: {PROJECT}, location: {REGION}, cluster: {CLUSTER}, mode: flex-start, nodePool: flex,
+          maxRunDurationSeconds: {FLEX_RUN}}}
+  - name: dws
+    machineType: g2-standard-8
+    zone: {ZONE}
+    maxUnits: 8
+    gke: {{project: {PROJECT}, location: {REGION}, cluster: {CLUSTER}, mode: queued-provisioning, nodePool: dws,
+          maxRunDurationSeconds: {DWS_RUN}}}
+"""
+#: Where the provider makes its queued-provisioning requests.
+NAMESPACE = "default"
 #: Far enough that no call here runs into it unless a test means it to.
 DEADLINE_AFTER = 3600.0
 
@@ -66,10 +89,12 @@ class Cloud:
     provider: GkeProvider
 
     others: list[GkeProvider] = field(default_factory=list)
+    #: The pool file the providers run with.
+    text: str = POOLS_YAML
 
     async def restarted(self) -> GkeProvider:
         """Another provider on the same cloud, started: what a restarted process has."""
-        provider = make_provider(self.gcp, self.clock)
+        provider = make_provider(self.gcp, self.clock, self.text)
         self.others.append(provider)
         await self.drive(provider.start())
         return provider
@@ -96,7 +121,8 @@ class Cloud:
 
 def make_provider(gcp: FakeGcp, clock: ManualClock, text: str = POOLS_YAML) -> GkeProvider:
     return GkeProvider(pools(text), clock, tokens=StaticToken(gcp.token),
-                       endpoints=Endpoints(container=gcp.url, compute=gcp.url + "/compute/v1"), poll_interval=1.0)
+                       endpoints=Endpoints(container=gcp.url, compute=gcp.url + "/compute/v1"), poll_interval=1.0,
+                       kube=gcp.kube, namespace=NAMESPACE)
 
 
 @contextlib.asynccontextmanager
@@ -106,9 +132,13 @@ async def cloud(clock: ManualClock, server: EmbeddedAPIServer, kube: KubeHTTP, *
     gcp.add_cluster(REGION, CLUSTER, [ZONE, "us-central1-b"])
     gcp.add_node_pool((REGION, CLUSTER), "l4", machine_type="g2-standard-8", zones=[ZONE], node_count_per_zone=1)
     gcp.add_node_pool((REGION, CLUSTER), "cpu", machine_type="n2-standard-8", zones=[ZONE], node_count_per_zone=0)
+    if "nodePool: flex" in text:
+        gcp.add_node_pool((REGION, CLUSTER), "flex", machine_type="g2-standard-8", zones=[ZONE], extra=FLEX_START)
+    if "nodePool: dws" in text:
+        gcp.add_node_pool((REGION, CLUSTER), "dws", machine_type="g2-standard-8", zones=[ZONE], extra=QUEUED)
     await gcp.start()
     provider = make_provider(gcp, clock, text)
-    c = Cloud(clock, server, kube, gcp, provider)
+    c = Cloud(clock, server, kube, gcp, provider, text=text)
     try:
         if start:
             await c.drive(provider.start())

@@ -48,7 +48,7 @@ async def test_a_three_slice_gang_whose_third_slice_stocks_out_leaves_nothing(
         assert c.gcp.faults.stock[(ZONE, TPU)] == 4  # every VM given back
 
 
-@pytest.mark.parametrize(("pool", "machine"), [("l4", L4), ("cpu", CPU)], ids=["resize-request", "resize"])
+@pytest.mark.parametrize(("pool", "machine"), [("l4", L4), ("cpu", CPU)], ids=["l4", "cpu"])
 async def test_vms_that_cannot_all_be_had_are_all_removed(
         clock: ManualClock, apiserver: EmbeddedAPIServer, http: KubeHTTP, pool: str, machine: str) -> None:
     async with cloud(clock, apiserver, http) as c:

@@ -1,5 +1,6 @@
-"""The gke provider's three modes against the fake GKE + Compute control plane: what an obtain makes, what a lookup
-finds (also from a new provider, as after a restart), what a release removes, and how the nodes are recognised."""
+"""The gke provider's slice and resize modes against the fake GKE + Compute control plane: what an obtain makes, what
+a lookup finds (also from a new provider, as after a restart), what a release removes, and how the nodes are
+recognised. The flex-start and queued-provisioning modes: ``test_flexstart.py``, ``test_queued.py``."""
 
 from __future__ import annotations
 
@@ -49,13 +50,14 @@ async def test_two_tpu_slices_are_two_node_pools_of_two_nodes_with_gkes_labels(
         assert await c.drive((await c.restarted()).lookup(TOKEN)) is None
 
 
-async def test_six_single_gpu_vms_come_through_one_resize_request(
+async def test_six_single_gpu_vms_come_through_one_create_instances_call(
         clock: ManualClock, apiserver: EmbeddedAPIServer, http: KubeHTTP) -> None:
     async with cloud(clock, apiserver, http) as c:
         got = await c.drive(c.provider.obtain("l4", 6, token=TOKEN, deadline=c.deadline()))
         vms = [names.unit_name(TOKEN, i) for i in range(6)]
         assert [(u.unit_id, u.nodes) for u in got.units] == [(vm, (vm,)) for vm in vms]
-        assert c.calls("POST", "/resizeRequests") == 1 and c.calls("POST", "/createInstances") == 0
+        assert c.calls("POST", "/resizeRequests") == 0 and c.calls("POST", "/createInstances") == 1
+        assert got.expires_at is None  # ordinary VMs: no run duration
         await c.gcp.settle()
         nodes = await c.nodes()
         assert set(vms) <= set(nodes)

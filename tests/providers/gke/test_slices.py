@@ -1,5 +1,5 @@
-"""``slice`` mode's node pools carry what GKE requires of the cluster they join: auto-upgrade and auto-repair on in a
-release channel (GKE refuses either off there), and the template node pool's management and upgrade settings."""
+"""``slice`` mode's node pools carry what GKE requires of the cluster they join: auto-upgrade on in a release channel
+(GKE refuses it off there), and the template node pool's management and upgrade settings."""
 
 from __future__ import annotations
 
@@ -29,9 +29,12 @@ SURGE_FREE = {"strategy": "SURGE", "maxSurge": 0, "maxUnavailable": 1}
 @pytest.mark.parametrize(("channel", "template", "expected"), [
     ("REGULAR", {}, {"autoRepair": True, "autoUpgrade": True}),
     ("REGULAR", {"management": {"autoRepair": True, "autoUpgrade": True}}, {"autoRepair": True, "autoUpgrade": True}),
+    ("REGULAR", {"management": {"autoRepair": False, "autoUpgrade": True}},
+     {"autoRepair": False, "autoUpgrade": True}),
     ("", {"management": {"autoRepair": False, "autoUpgrade": False}}, {"autoRepair": False, "autoUpgrade": False}),
     ("", {}, {"autoRepair": True, "autoUpgrade": True}),
-], ids=["channel-defaults", "channel-template", "no-channel-template-off", "no-channel-defaults"])
+], ids=["channel-defaults", "channel-template", "channel-template-no-repair", "no-channel-template-off",
+        "no-channel-defaults"])
 async def test_a_slice_takes_the_management_gke_requires_and_the_templates_settings(
         clock: ManualClock, apiserver: EmbeddedAPIServer, http: KubeHTTP, channel: str, template: dict[str, Any],
         expected: dict[str, bool]) -> None:

@@ -21,8 +21,10 @@ GPU = "a3-highgpu-8g"
 OPS = f"/compute/v1/projects/{PROJECT}/zones/{ZONE_A}/operations"
 
 
-async def gpu_mig(gcp: FakeGcp, client: Client, count: int = 1) -> str:
-    gcp.add_node_pool((REGION, "c1"), "gpu", machine_type=GPU, zones=[ZONE_A], node_count_per_zone=count)
+async def gpu_mig(gcp: FakeGcp, client: Client, count: int = 1, *, flex_start: bool = False) -> str:
+    """A GPU pool's MIG; ``flex_start``: a flex-start pool (Compute Engine takes resize requests only for those)."""
+    extra = {"config": {"flexStart": True}} if flex_start else None
+    gcp.add_node_pool((REGION, "c1"), "gpu", machine_type=GPU, zones=[ZONE_A], node_count_per_zone=count, extra=extra)
     return compute_path((await client.pool("gpu"))["instanceGroupUrls"][0])
 
 
@@ -126,7 +128,7 @@ async def test_create_and_delete_instances_with_request_id_replay(gcp: FakeGcp, 
 
 async def test_resize_request_creates_every_vm_at_once_when_stock_allows(gcp: FakeGcp, client: Client,
                                                                         clock: ManualClock, http: KubeHTTP) -> None:
-    mig = await gpu_mig(gcp, client, 0)
+    mig = await gpu_mig(gcp, client, 0, flex_start=True)
     gcp.faults.stock[(ZONE_A, GPU)] = 0
     resp = await client.post(f"{mig}/resizeRequests", {"name": "rr-1", "resizeBy": 3, "description": "gang",
                                                        "requestedRunDuration": {"seconds": "3600"}},
@@ -159,7 +161,7 @@ async def test_resize_request_creates_every_vm_at_once_when_stock_allows(gcp: Fa
 
 async def test_resize_request_fails_and_rolls_back(gcp: FakeGcp, client: Client, clock: ManualClock,
                                                    http: KubeHTTP) -> None:
-    mig = await gpu_mig(gcp, client, 0)
+    mig = await gpu_mig(gcp, client, 0, flex_start=True)
     gcp.faults.stock[(ZONE_A, GPU)] = 2
     gcp.faults.resize_request_fail_after = 60
     assert (await client.post(f"{mig}/resizeRequests", {"name": "rr-1", "resizeBy": 3})).status == 200
@@ -183,7 +185,7 @@ async def test_resize_request_fails_and_rolls_back(gcp: FakeGcp, client: Client,
 
 
 async def test_resize_request_cancel(gcp: FakeGcp, client: Client) -> None:
-    mig = await gpu_mig(gcp, client, 0)
+    mig = await gpu_mig(gcp, client, 0, flex_start=True)
     gcp.faults.stock[(ZONE_A, GPU)] = 0
     assert (await client.post(f"{mig}/resizeRequests", {"name": "rr-1", "instances": [{"name": "w-0"},
                                                                                       {"name": "w-1"}]})).status == 200
@@ -206,7 +208,7 @@ async def test_resize_request_cancel(gcp: FakeGcp, client: Client) -> None:
 ], ids=["no-name", "zero", "neither", "short-duration"])
 async def test_invalid_resize_requests_get_400(gcp: FakeGcp, client: Client, body: dict[str, Any],
                                                message: str) -> None:
-    mig = await gpu_mig(gcp, client, 0)
+    mig = await gpu_mig(gcp, client, 0, flex_start=True)
     resp = await client.post(f"{mig}/resizeRequests", body)
     assert (resp.status, resp.error["message"]) == (400, message)
 

@@ -16,6 +16,7 @@ POOL = f"{PARENT}/nodePools/tpu-a"
 MIG = "/compute/v1/projects/proj-1/zones/us-central1-a/instanceGroupManagers/gke-c1-tpu-a-grp"
 MIG_URL = "https://www.googleapis.com/compute/v1/projects/proj-1/zones/us-central1-a/instanceGroupManagers/gke-c1-tpu-a-grp"
 ZONE_URL = "https://www.googleapis.com/compute/v1/projects/proj-1/zones/us-central1-a"
+ZONE_OPS = "/compute/v1/projects/proj-1/zones/us-central1-a/operations"
 REQUEST_ID = "5f0c7a4e-8e43-5b2a-9d61-0c3e2f1a7b90"
 
 CONTAINER_OP: dict[str, Any] = {
@@ -57,6 +58,7 @@ CREATE_POOL: dict[str, Any] = {
             "taints": [{"key": "google.com/tpu", "value": "present", "effect": "NO_SCHEDULE"}],
             "diskSizeGb": 100,
             "spot": False,
+            "maxRunDuration": "86400s",
         },
         "placementPolicy": {"type": "COMPACT", "tpuTopology": "2x4"},
         "management": {"autoRepair": True, "autoUpgrade": True},
@@ -90,7 +92,8 @@ MANAGED: dict[str, Any] = {
     "managedInstances": [
         {"instance": f"{ZONE_URL}/instances/gke-c1-tpu-a-grp-x1", "name": "gke-c1-tpu-a-grp-x1",
          "id": "4567890123456789012", "instanceStatus": "RUNNING", "currentAction": "NONE", "targetStatus": "RUNNING",
-         "version": {"instanceTemplate": "global/instanceTemplates/gke-c1-tpu-a"}},
+         "version": {"instanceTemplate": "global/instanceTemplates/gke-c1-tpu-a"},
+         "scheduling": {"terminationTimestamp": "2026-11-11T04:00:00.5-08:00"}},
         {"instance": f"{ZONE_URL}/instances/gke-c1-tpu-a-grp-x2", "name": "gke-c1-tpu-a-grp-x2",
          "currentAction": "CREATING", "targetStatus": "RUNNING",
          "lastAttempt": {"errors": {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": "no capacity"}]}}},
@@ -130,7 +133,8 @@ VALID: list[tuple[str, Exchange, str | None]] = [
                            {"instances": [{"name": "gke-c1-tpu-a-grp-x1"}, {"name": "gke-c1-tpu-a-grp-x2"}]},
                            response=COMPUTE_OP), "compute.instanceGroupManagers.createInstances"),
     ("delete-instances", x("POST", f"{MIG}/deleteInstances", {"requestId": REQUEST_ID},
-                           {"instances": ["zones/us-central1-a/instances/vm-1"], "skipInstancesOnValidationError": True},
+                           {"instances": ["zones/us-central1-a/instances/vm-1"],
+                            "skipInstancesOnValidationError": True},
                            response=COMPUTE_OP), "compute.instanceGroupManagers.deleteInstances"),
     ("list-managed-instances", x("POST", f"{MIG}/listManagedInstances", {"maxResults": "500"}, response=MANAGED),
      "compute.instanceGroupManagers.listManagedInstances"),
@@ -138,11 +142,14 @@ VALID: list[tuple[str, Exchange, str | None]] = [
      "compute.instanceGroupManagers.resize"),
     ("resize-request-insert", x("POST", f"{MIG}/resizeRequests", {"requestId": REQUEST_ID}, RESIZE_REQUEST,
                                 response=COMPUTE_OP), "compute.instanceGroupManagerResizeRequests.insert"),
-    ("zone-operations-get", x("GET", "/compute/v1/projects/proj-1/zones/us-central1-a/operations/operation-17300",
-                              {"prettyPrint": "false"}, response=COMPUTE_OP), "compute.zoneOperations.get"),
-    ("zone-operations-wait", x("POST", "/compute/v1/projects/proj-1/zones/us-central1-a/operations/operation-17300/wait",
-                               response=COMPUTE_OP), "compute.zoneOperations.wait"),
-    ("error-404", x("GET", POOL, status=404, response=ERROR_404), "container.projects.locations.clusters.nodePools.get"),
+    ("zone-operations-get", x("GET", f"{ZONE_OPS}/operation-17300", {"prettyPrint": "false"}, response=COMPUTE_OP),
+     "compute.zoneOperations.get"),
+    ("zone-operations-wait", x("POST", f"{ZONE_OPS}/operation-17300/wait", response=COMPUTE_OP),
+     "compute.zoneOperations.wait"),
+    ("error-404", x("GET", POOL, status=404, response=ERROR_404),
+     "container.projects.locations.clusters.nodePools.get"),
+    ("front-end-html-503", x("POST", f"{MIG}/resize", {"size": "3"}, status=503, response=None),
+     "compute.instanceGroupManagers.resize"),
     ("dropped", x("POST", f"{MIG}/resize", {"size": "3"}, status=0), "compute.instanceGroupManagers.resize"),
     ("metadata-token", x("GET", "/computeMetadata/v1/instance/service-accounts/default/token",
                          response={"access_token": "t", "expires_in": 3599, "token_type": "Bearer"}), None),
@@ -209,8 +216,11 @@ BROKEN: list[tuple[str, Exchange, str]] = [
      "response.initialNodeCount: expected a int32 number"),
     ("int64-not-decimal", edit(RR, req=lambda b: b["requestedRunDuration"].update(seconds="1d")),
      "request.requestedRunDuration.seconds: '1d' is not a decimal int64"),
-    ("bad-datetime", edit(OP, resp=lambda b: b.update(endTime="2026-11-10 12:05")),
-     "response.endTime: '2026-11-10 12:05' is not a valid google-datetime"),
+    ("bad-datetime", edit(LMI, resp=lambda b: b["managedInstances"][0]["scheduling"].update(
+        terminationTimestamp="2026-11-11 04:00")),
+     "response.managedInstances[0].scheduling.terminationTimestamp: '2026-11-11 04:00' is not a valid google-datetime"),
+    ("bad-duration", edit(CREATE, req=lambda b: b["nodePool"]["config"].update(maxRunDuration="1d")),
+     "request.nodePool.config.maxRunDuration: '1d' is not a valid google-duration"),
     ("missing-required-query", edit(RESIZE, query={"requestId": REQUEST_ID}),
      "compute.instanceGroupManagers.resize query.size: required query parameter missing"),
     ("query-not-integer", edit(RESIZE, query={"size": "three"}),
@@ -240,6 +250,12 @@ BROKEN: list[tuple[str, Exchange, str]] = [
      "container.projects.locations.clusters.nodePools.get response: a 200 answer must be a JSON object"),
     ("2xx-with-list-body", edit(LMI, response=[MANAGED]),
      "compute.instanceGroupManagers.listManagedInstances response: a 200 answer must be a JSON object"),
+    ("2xx-with-error-body", edit(GET, response=ERROR_404),
+     "container.projects.locations.clusters.nodePools.get response.error: unknown field"),
+    ("2xx-body-for-bodiless-answer", edit(ZOP, path=f"{ZONE_OPS}/operation-17300", method="DELETE"),
+     "compute.zoneOperations.delete response: a body from a method that answers none"),
+    ("4xx-without-json-body", edit(GET, status=404, response=None),
+     'response: an error answer must be {"error": {...}}, got null'),
     ("error-envelope-flat", edit(GET, status=404, response={"code": 404, "message": "not found"}),
      'response: an error answer must be {"error": {...}}'),
     ("error-envelope-code-type", edit(GET, status=404, response={"error": {"code": "404", "message": "not found"}}),
@@ -267,7 +283,8 @@ REFUSED = edit(CREATE_INST, status=400, req=lambda b: b["instances"][0].update(n
     [
         (REFUSED, True, ["request.instances[0].nmae: unknown field", "query.bogus: unknown query parameter"]),
         (REFUSED, False, []),
-        (edit(REFUSED, status=200, response=COMPUTE_OP), False, ["request.instances[0].nmae: unknown field"]),
+        (edit(REFUSED, status=200, response=COMPUTE_OP), False,
+         ["request.instances[0].nmae: unknown field", "query.bogus: unknown query parameter"]),
         (edit(REFUSED, response={"error": {"code": 400}}), False, ["response.error.message: expected a string"]),
     ],
     ids=["strict-refused", "lenient-refused", "lenient-but-accepted", "lenient-still-checks-envelope"],

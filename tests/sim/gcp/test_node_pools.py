@@ -137,12 +137,12 @@ NAME_RULE = ("Must be a match of regex '(?:[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?)' (
     ({"nodePool": {"name": "p", "management": {"autoRepair": True, "autoUpgrade": False}}},
      "Auto_upgrade cannot be false when release_channel REGULAR is set."),
     ({"nodePool": {"name": "p", "management": {"autoRepair": False, "autoUpgrade": False}}},
-     "Auto_upgrade and auto_repair cannot be false when release_channel REGULAR is set."),
+     "Auto_upgrade cannot be false when release_channel REGULAR is set."),
     ({"nodePool": {"name": "p", "management": {"autoUpgrade": "false"}}},
      "Invalid value at 'node_pool.management.auto_upgrade' (TYPE_BOOL), \"false\""),
 ], ids=["no-name", "no-node-pool", "bad-name", "long-name", "negative-count", "count-not-int", "unknown-field",
         "taint-effect", "machine-type", "location", "tpu-count", "no-auto-upgrade-in-channel",
-        "no-auto-repair-in-channel", "management-not-bool"])
+        "neither-in-channel", "management-not-bool"])
 async def test_invalid_create_bodies_get_400(gcp: FakeGcp, client: Client, body: dict[str, Any],
                                              message: str) -> None:
     resp = await client.post(POOLS, body)
@@ -157,6 +157,8 @@ async def test_invalid_create_bodies_get_400(gcp: FakeGcp, client: Client, body:
 async def test_a_cluster_in_no_release_channel_takes_auto_upgrade_off(gcp: FakeGcp, client: Client) -> None:
     cluster = gcp.state.cluster(REGION, "c1")
     assert cluster is not None and (await client.get(CLUSTER)).body["releaseChannel"] == {"channel": "REGULAR"}
+    no_repair = {"autoRepair": False, "autoUpgrade": True}  # allowed in a channel (queued-provisioning pools use it)
+    assert (await client.create_pool("q", "e2-standard-4", 1, [ZONE_A], management=no_repair)).status == 200
     cluster.release_channel = ""
     off = {"autoRepair": True, "autoUpgrade": False}
     assert (await client.create_pool("p", "e2-standard-4", 1, [ZONE_A], management=off)).status == 200
