@@ -3,7 +3,8 @@ control plane) and ``gangscale sim apiserver``: three processes, PRs applied wit
 
 The issue's acceptance checks: a 2-slice TPU v5e 2x4 gang ends ``Provisioned=True`` with exactly two new node
 pools of 2 Ready nodes each, carrying GKE's labels; an impossible gang makes no create call; a GPU gang of 6
-single-GPU nodes arrives through one resize request. Credentials come the production way: google-auth's
+single-GPU nodes of a flex-start pool arrives through one resize request with its run duration, and its
+Provisioned message says when the nodes end. Credentials come the production way: google-auth's
 Application Default Credentials find the fake's metadata server through ``GCE_METADATA_HOST``/``GCE_METADATA_IP``.
 Everything runs on the wall clock; the waits are hang guards.
 """
@@ -43,7 +44,7 @@ nodePools:
     machineType: g2-standard-8
     zone: {ZONE}
     maxUnits: 8
-    gke: {GKE}, mode: resize, nodePool: l4}}
+    gke: {GKE}, mode: flex-start, nodePool: l4, maxRunDurationSeconds: 86400}}
 """
 
 IMPOSSIBLE = TPU_GANG.replace("name: multislice", "name: impossible").replace("count: 4", "count: 20")
@@ -144,7 +145,7 @@ def ready_nodes(kubeconfig: Path) -> dict[str, dict[str, str]]:
             if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])}
 
 
-def test_a_tpu_gang_gets_two_slice_pools_an_impossible_one_no_call_and_a_gpu_gang_one_resize_request(
+def test_a_tpu_gang_gets_two_slice_pools_an_impossible_one_no_call_and_a_flex_start_gang_one_resize_request(
         cluster: tuple[Path, int, Gcp]) -> None:
     kubeconfig, port, gcp = cluster
     _wait(lambda: _ready(port))
@@ -172,9 +173,14 @@ def test_a_tpu_gang_gets_two_slice_pools_an_impossible_one_no_call_and_a_gpu_gan
     kubectl(kubeconfig, "apply", "-f", "-", stdin=GPU_GANG)
     _wait(lambda: _condition(kubeconfig, "gpu-gang", "Provisioned") == ("True", "CapacityIsProvisioned"))
     [request] = gcp.resize_requests()
-    assert request["state"] == "SUCCEEDED" and len(request["instances"]) == 6
-    l4 = [n for n, labels in ready_nodes(kubeconfig).items() if labels["cloud.google.com/gke-nodepool"] == "l4"]
-    assert sorted(l4) == sorted(i["name"] for i in request["instances"])
+    assert (request["state"], request["resizeBy"], request["requestedRunDuration"]) == (
+        "SUCCEEDED", 6, {"seconds": "86400"})
+    l4 = [n for n, labels in ready_nodes(kubeconfig).items()
+          if labels.get("autoscaling.gke.io/provisioning-request") == request["name"]]
+    assert len(l4) == 6
+    message = yaml.safe_load(kubectl(kubeconfig, "get", "provreq", "gpu-gang", "-o", "yaml"))["status"]["conditions"]
+    provisioned = next(c["message"] for c in message if c["type"] == "Provisioned")
+    assert "the nodes have a run duration: the cloud deletes them at " in provisioned, provisioned
 
 
 def gcp_env(url: str, tmp_path: Path) -> dict[str, str]:

@@ -48,9 +48,17 @@ nodePools:
     machineType: g2-standard-8
     zone: {ZONE}
     maxUnits: 8
-    gke: {GKE}, mode: resize-request, nodePool: l4}}
+    gke: {GKE}, mode: flex-start, nodePool: l4}}
+  - name: cpu
+    machineType: n2-standard-8
+    allocatable: {{cpu: "7", memory: 28Gi}}
+    zone: {ZONE}
+    maxUnits: 8
+    gke: {GKE}, mode: resize, nodePool: cpu}}
 """
 L4_TEMPLATE = {"containers": [{"name": "w", "image": "trainer:v1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+CPU_TEMPLATE = {"nodeSelector": {"cloud.google.com/gke-nodepool": "cpu"},
+                "containers": [{"name": "w", "image": "worker:v1", "resources": {"requests": {"cpu": "6"}}}]}
 NODE_POOLS = r"/clusters/c1/nodePools$"
 OPERATION = r"/locations/us-central1/operations/operation-"
 
@@ -86,12 +94,15 @@ async def kill_when_held(cluster: Cluster, gcp: FakeGcp, hold: Hold, run: Any) -
 
 
 def ours(gcp: FakeGcp) -> dict[str, str]:
-    """Node pools and VMs gangscale made that exist now: name -> the claim of the token in the name."""
+    """Node pools and VMs gangscale made that exist now: name -> the claim of the token that made it (in its name, or
+    in the name of the resize request that made it)."""
     cluster = gcp.state.cluster(REGION, CLUSTER)
     assert cluster is not None
-    made = [name for name in cluster.pools if name.startswith("gs-")]
-    made += [vm.name for vm in gcp.state.vms.values() if vm.name.startswith("gs-")]
-    return {name: name.split("-")[1] for name in made}
+    made = {name: name for name in cluster.pools if name.startswith("gs-")}
+    made |= {vm.name: vm.name for vm in gcp.state.vms.values() if vm.name.startswith("gs-")}
+    made |= {vm.name: vm.resize_request for vm in gcp.state.vms.values()
+             if (vm.resize_request or "").startswith("gs-")}
+    return {name: by.split("-")[1] for name, by in made.items()}
 
 
 async def outcome(cluster: Cluster, name: str, gcp: FakeGcp) -> bool:
@@ -114,9 +125,8 @@ async def judge(cluster: Cluster, gcp: FakeGcp, name: str, units: int, hosts: in
     slices = [n for n in made if not any(vm.name == n for vm in gcp.state.vms.values())]
     assert len(slices or made) == units, f"{len(slices or made)} units made for {units}: {sorted(made)}"
     nodes = {n["metadata"]["name"]: n for n in await cluster.list_nodes()}
-    gs_nodes = [n for n, obj in nodes.items()
-                if obj["metadata"]["labels"].get("cloud.google.com/gke-nodepool", "").startswith("gs-")
-                or n.startswith("gs-")]
+    gs_nodes = [n for n, obj in nodes.items() if n in made or obj["metadata"]["labels"].get(
+                "cloud.google.com/gke-nodepool", "").startswith("gs-")]
     assert len(gs_nodes) == units * hosts and all(ready(nodes[n]) for n in gs_nodes), gs_nodes
     return True
 
@@ -151,15 +161,16 @@ async def test_a_two_slice_gang_is_whole_or_absent_after_a_kill(tmp_path: Path, 
         assert await second.stop() == 0 and tracebacks(second) == []
 
 
-RESIZE_POINTS = [
+FLEX_POINTS = [
     pytest.param(Hold("POST", r"/resizeRequests$"), id="before-the-resize-request"),
     pytest.param(Hold("GET", r"/zones/us-central1-a/operations/"), id="after-the-resize-request"),
     pytest.param(Hold("GET", r"/resizeRequests/gs-"), id="while-polling-the-request"),
+    pytest.param(Hold("GET", r"/instances/"), id="while-finding-its-vms"),
 ]
 
 
-@pytest.mark.parametrize("hold", RESIZE_POINTS)
-async def test_six_gpu_vms_are_all_there_or_none_after_a_kill(tmp_path: Path, hold: Hold) -> None:
+@pytest.mark.parametrize("hold", FLEX_POINTS)
+async def test_six_flex_start_vms_are_all_there_or_none_after_a_kill(tmp_path: Path, hold: Hold) -> None:
     async with gke_cluster(tmp_path) as (cluster, gcp):
         gcp.holds.append(hold)
         await cluster.template("l4-worker", L4_TEMPLATE)
@@ -172,4 +183,25 @@ async def test_six_gpu_vms_are_all_there_or_none_after_a_kill(tmp_path: Path, ho
         assert await judge(cluster, gcp, "gpu-gang", units=6, hosts=1)
         requests = [rr.name for mig in gcp.state.migs.values() for rr in mig.resize_requests.values()]
         assert len(requests) == 1, requests  # the repeat after the restart found the first one's, or made it
+        assert await second.stop() == 0 and tracebacks(second) == []
+
+
+RESIZE_POINTS = [
+    pytest.param(Hold("POST", r"/createInstances$"), id="before-create-instances"),
+    pytest.param(Hold("POST", r"/listManagedInstances$"), id="while-watching-the-vms"),
+]
+
+
+@pytest.mark.parametrize("hold", RESIZE_POINTS)
+async def test_four_named_vms_are_all_there_or_none_after_a_kill(tmp_path: Path, hold: Hold) -> None:
+    async with gke_cluster(tmp_path) as (cluster, gcp):
+        gcp.holds.append(hold)
+        await cluster.template("cpu-worker", CPU_TEMPLATE)
+        first = await start(cluster, gcp)
+        await cluster.provreq("cpu-gang", "cpu-worker", 4)
+        await kill_when_held(cluster, gcp, hold, first)
+
+        second = await start(cluster, gcp)
+        await wait_until_async(lambda: outcome(cluster, "cpu-gang", gcp), "the gang's outcome")
+        assert await judge(cluster, gcp, "cpu-gang", units=4, hosts=1)
         assert await second.stop() == 0 and tracebacks(second) == []

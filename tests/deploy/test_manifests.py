@@ -79,6 +79,14 @@ CONTROLLER_RULES: set[m.Rule] = {
     ("ray.io", "rayclusters", "patch"),
 }
 
+#: The gke provider's queued-provisioning Role (namespaced): its own ProvisioningRequests and PodTemplates.
+GKE_QUEUED_RULES: set[m.NamedRule] = {
+    ("autoscaling.x-k8s.io", "provisioningrequests", "create", ""),
+    ("autoscaling.x-k8s.io", "provisioningrequests", "get", ""),
+    ("", "podtemplates", "create", ""),
+    ("", "podtemplates", "delete", ""),
+}
+
 #: The leader-election Role (namespaced): (group, resource, verb, name), "" for any name. create cannot be
 #: restricted to a name (the object's name is not known when a create is authorized).
 LEASE = "gangscale"
@@ -539,8 +547,11 @@ def test_overlay_changes_only_dry_run_and_node_rbac(base: list[JSON], overlay: l
 def test_the_gke_overlay_runs_the_gke_provider_live_with_workload_identity_and_gke_pools(base: list[JSON]) -> None:
     gke = m.render(m.GKE_OVERLAY)
     base_ids = {m.identity(o): o for o in base}
-    assert [m.identity(o) for o in gke if m.identity(o) not in base_ids] == []
-    changed = sorted(m.identity(o) for o in gke if o != base_ids[m.identity(o)])
+    assert sorted((o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in gke
+                  if m.identity(o) not in base_ids) == [
+        ("Role", NAMESPACE, "gangscale-gke-queued-provisioning"),
+        ("RoleBinding", NAMESPACE, "gangscale-gke-queued-provisioning")]
+    changed = sorted(m.identity(o) for o in gke if m.identity(o) in base_ids and o != base_ids[m.identity(o)])
     assert changed == [("apps/v1", "Deployment", NAMESPACE, "gangscale"), ("v1", "ConfigMap", NAMESPACE,
                                                                            "gangscale-pools"),
                        ("v1", "ServiceAccount", NAMESPACE, "gangscale")]
@@ -550,8 +561,12 @@ def test_the_gke_overlay_runs_the_gke_provider_live_with_workload_identity_and_g
     assert account == {"iam.gke.io/gcp-service-account": "gangscale@my-project.iam.gserviceaccount.com"}
     pools = parse_pool_yaml(m.one(gke, "ConfigMap", "gangscale-pools")["data"]["pools.yaml"]).pools
     assert pools and all("gke" in pool.provider for pool in pools)
-    # The gke provider calls Google's APIs to make nodes: no Kubernetes permission beyond the base's.
+    # The gke provider calls Google's APIs to make nodes; only queued-provisioning pools need Kubernetes writes of
+    # its own (tests/providers/gke/test_dws_gangs.py holds the Role to the provider's requests).
     assert m.granted_rules(gke) == CONTROLLER_RULES
+    assert m.role_rules(m.one(gke, "Role", "gangscale-gke-queued-provisioning")) == GKE_QUEUED_RULES
+    binding = m.one(gke, "RoleBinding", "gangscale-gke-queued-provisioning")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gangscale", "namespace": NAMESPACE}]
     cli.run_flags(args)
 
 
@@ -599,7 +614,10 @@ def test_the_leader_election_role_grants_exactly_the_lease_calls_in_the_controll
     deployment = m.one(objects, "Deployment", "gangscale")
     assert role["metadata"]["namespace"] == deployment["metadata"]["namespace"] == NAMESPACE
     assert m.role_rules(role) == LEADER_ELECTION_RULES
-    assert [o for o in objects if o["kind"] == "Role"] == [role]
+    others = [o for o in objects if o["kind"] == "Role" and o is not role]
+    assert [o["metadata"]["name"] for o in others] == (
+        ["gangscale-gke-queued-provisioning"] if directory == m.GKE_OVERLAY else [])
+    assert not any(rule[1].startswith("leases") for o in others for rule in m.role_rules(o))
     # The ClusterRoles grant nothing on Leases: no Lease outside the controller's namespace.
     assert not any(resource.startswith("leases") for _, resource, _ in m.granted_rules(objects))
 

@@ -15,6 +15,7 @@ label, or what the provider read from the cloud while the label has not arrived)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 
 from gangscale.clock import Clock
@@ -65,6 +66,7 @@ class GkeProvider:
         self.resize = Resize(self.http, waiter, clock, self.groups)
         self.flex = FlexStart(self.http, waiter, clock, self.groups, self.origins)
         self.queued = Queued(self.http, waiter, clock, self.groups, self.origins, kube, namespace)
+        self._releasing: dict[str, asyncio.Lock] = {}
         #: (GKE node pool, zone) -> gangscale pool, for VMs added to existing node pools.
         self._by_node_pool = {(gp.node_pool, gp.zone): gp for gp in self.pools.values() if gp.mode != "slice"}
 
@@ -127,6 +129,12 @@ class GkeProvider:
 
     async def release(self, pool: str, unit_ids: Sequence[str], *, token: str) -> None:
         gp = self._pool(pool)
+        # One release of a pool at a time: each deletes what made its units once none of their units is left, which
+        # releases of sibling units running side by side (scale-down removes units one by one) would each miss.
+        async with self._releasing.setdefault(pool, asyncio.Lock()):
+            await self._release(gp, unit_ids, token)
+
+    async def _release(self, gp: GkePool, unit_ids: Sequence[str], token: str) -> None:
         match gp.mode:
             case "slice":
                 await self.slices.release(gp, unit_ids, token)

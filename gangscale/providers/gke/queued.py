@@ -83,6 +83,7 @@ class Queued:
     async def obtain(self, gp: GkePool, units: int, token: str, deadline: float) -> Obtained:
         name = names.resize_request_name(token)
         try:
+            await self._sweep(gp)
             await self._create(gp, name, units, token)
             request = await self._outcome(gp, name, token, deadline)
             made = await self._made(gp, name)
@@ -156,6 +157,19 @@ class Queued:
         except (GcpError, ApiError, ProviderError) as exc:
             log.warning("gke: could not undo queued ProvisioningRequest %s of %s: %s", name, gp.name, exc)
             return False
+
+    async def _sweep(self, gp: GkePool) -> None:
+        """Delete our provisioned requests of this pool none of whose VMs is left (their run duration ended, or a
+        crash came between the release of their last VM and their own deletion)."""
+        kube = self._kube(gp.name)
+        listed = await kube.request("GET", PROVREQS.path(self.namespace), query={
+            "labelSelector": f"app.kubernetes.io/managed-by=gangscale,{POOL_LABEL}={gp.name}"})
+        spent = [str(pr["metadata"]["name"]) for pr in listed.get("items") or []
+                 if _true(conditions_of(pr), "Provisioned") and names.claim_of_request(str(pr["metadata"]["name"]))]
+        for name in spent:
+            if not await self._made(gp, name):
+                log.info("gke: deleting queued ProvisioningRequest %s/%s: its VMs are gone", self.namespace, name)
+                await self._delete_request(gp, name)
 
     async def _delete_request(self, gp: GkePool, name: str) -> None:
         kube = self._kube(gp.name)

@@ -16,7 +16,7 @@ from gangscale.sim.driver import SimCluster, sim_cluster
 from gangscale.sim.gcp import FakeGcp
 from gangscale.sim.gcp.state import Cluster
 from tests.builders import pod_template, provreq
-from tests.providers.gke.harness import CLUSTER, REGION, pools
+from tests.providers.gke.harness import CLUSTER, POOLS_YAML, REGION, pools
 
 NS = "default"
 PROVISION_TIME = 600.0
@@ -30,9 +30,9 @@ NOTHING: dict[str, list[str]] = {"pools": [], "vms": [], "nodes": []}
 
 
 @contextlib.asynccontextmanager
-async def gke_cluster(tmp_path: Path) -> AsyncIterator[SimCluster]:
-    """The harness's pools on the fake GKE, with the gke provider and the controller running."""
-    async with sim_cluster(tmp_path, pools()) as sim:
+async def gke_cluster(tmp_path: Path, text: str = POOLS_YAML) -> AsyncIterator[SimCluster]:
+    """The harness's pools (or ``text``'s) on the fake GKE, with the gke provider and the controller running."""
+    async with sim_cluster(tmp_path, pools(text)) as sim:
         await sim.start_gke_provider()
         await sim.start_controller(SETTINGS)
         yield sim
