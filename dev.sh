@@ -2,7 +2,8 @@
 # The project's two commands. Each one installs what it needs into .venv first.
 #   ./dev.sh demo   run the main job: `gangscale demo` (the TPU multislice scenario, simulated end to end)
 #   ./dev.sh test   run the whole test suite: lint, type checks, layering contract, tests, and a short chaos
-#                   campaign (CHAOS_RUNS runs, default 6; 0 skips it; skipped when pytest args are given)
+#                   campaign (CHAOS_RUNS runs, default 6, the simulated and the gke provider in turn; 0 skips it;
+#                   skipped when pytest args are given)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -62,10 +63,11 @@ case "$cmd" in
     echo "== pytest";        pytest -q -n "${PYTEST_WORKERS:-$(( $(nproc) * 2 ))}" --dist worksteal "$@"
     if [ $# -eq 0 ] && [ "${CHAOS_RUNS:-6}" -gt 0 ]; then
       # A short fault campaign on every change; its seeds follow the commit, so a failure re-runs with
-      # `python hack/chaos.py --runs N --seed S` (the seed is printed).
+      # `python hack/chaos.py --provider both --runs N --seed S` (the seed is printed). `both` alternates the
+      # providers: odd seeds run the gke provider against the fake GKE and Compute Engine, even ones the simulated.
       seed=$(( 0x$(git rev-parse --short=7 HEAD 2>/dev/null || echo 1) % 1000000 ))
-      echo "== chaos (seed $seed, ${CHAOS_RUNS:-6} runs, ${CHAOS_JOBS:-3} at a time)"
-      python hack/chaos.py --runs "${CHAOS_RUNS:-6}" --seed "$seed" --jobs "${CHAOS_JOBS:-3}"
+      echo "== chaos (seed $seed, ${CHAOS_RUNS:-6} runs, ${CHAOS_JOBS:-3} at a time, simulated and gke in turn)"
+      python hack/chaos.py --provider both --runs "${CHAOS_RUNS:-6}" --seed "$seed" --jobs "${CHAOS_JOBS:-3}"
     fi
     ;;
   *)

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """A fault campaign against real processes: two ``gangscale run`` replicas contending for the leader lease,
-against ``gangscale sim apiserver --control``, with the simulated cloud inside them.
+against ``gangscale sim apiserver --control``, with the simulated cloud inside them or (``--provider gke``) the
+``gke`` provider against a fake GKE and Compute Engine (``gangscale.sim.gcp.FakeGcp``) in the harness process.
 
-    python hack/chaos.py [--runs 20] [--seed 1] [--fault-seconds 15] [--settle-guard 90] [--keep DIR]
-                         [--json FILE]
+    python hack/chaos.py [--runs 20] [--seed 1] [--provider simulated|gke|both] [--jobs 1] [--fault-seconds 15]
+                         [--settle-guard 90] [--keep DIR] [--json FILE]
 
 Run *i* plays the schedule of seed ``seed + i`` (``chaoslib.plan``): gangs (ProvisioningRequests) created and
 deleted, replicas SIGKILLed, SIGTERMed and SIGSTOPped at chosen moments, API-server faults (500, 429 with
-Retry-After, 409, dropped and 410-expired watches, failed Lease writes, latency), and cloud faults in each
-replica start's pool file (stockout, partial grant, lost responses, transient errors, never-Ready nodes,
-latency). Then the faults stop, both replicas are rolled onto clean pool files, and the run waits until
-everything settles and checks the invariants of ``chaoslib.checks``. One line per run, then
-``chaos: N/M runs clean``; exit status 1 if any run found a violation. Logs of a run with violations are kept
+Retry-After, 409, dropped and 410-expired watches, failed Lease writes, latency), and cloud faults: with the
+simulated provider in each replica start's pool file (stockout, partial grant, lost responses, transient errors,
+never-Ready nodes, latency); with gke in the fake cloud's knobs (stockouts, lost answers, 503, 429 with
+Retry-After and HTML 500 answers, slow operations, a slice with a host that never turns Ready, never-Ready VMs).
+``--provider both`` takes gke for odd seeds. Then the faults stop, both replicas are rolled onto clean pool files,
+and the run waits until everything settles and checks the invariants of ``chaoslib.checks``. One line per run,
+then ``chaos: N/M runs clean``; exit status 1 if any run found a violation. Logs of a run with violations are kept
 (under ``--keep``, or a temporary directory that is printed).
 """
 
@@ -28,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from chaoslib.plan import PROVIDERS, provider_of
 from chaoslib.run import Outcome, run_once
 
 
@@ -36,6 +40,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20, help="number of runs (default 20)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first run; run i uses seed+i (default 1)")
+    parser.add_argument("--provider", choices=PROVIDERS, default="simulated",
+                        help="the replicas' provider: simulated (default), gke (against a fake GKE and Compute Engine "
+                             "in this process), or both (gke for odd seeds, simulated for even ones)")
     parser.add_argument("--fault-seconds", type=float, default=15.0, help="length of the fault phase (default 15)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs played at the same time, each with its own processes and ports (default 1); the "
@@ -51,11 +58,24 @@ def totals(outcomes: list[Outcome]) -> str:
     def total(attr: str) -> int:
         return sum(int(getattr(o, attr)) for o in outcomes)
 
-    return (f"chaos totals: {total('gangs')} gangs ({total('deletes')} deleted), {total('kills')} SIGKILLs, "
+    gke = [o for o in outcomes if o.provider == "gke"]
+    if gke:
+        simulated = sum(o.cloud_faults for o in outcomes if o.provider == "simulated")
+        faults = (f"{total('cloud_faults')} cloud faults ({simulated} in simulated starts' pool files, "
+                  f"{sum(o.cloud_faults for o in gke)} in the fake Google Cloud acting on "
+                  f"{sum(o.cloud_faults_acted for o in gke)} calls or slices) over {total('starts')} process starts")
+        judged = (f"{total('changes_judged')} changes judged ({sum(o.cloud_changes_judged for o in gke)} to the fake "
+                  f"Google Cloud; {total('late_after_pause')} late after a pause), "
+                  f"{sum(o.exchanges_checked for o in gke)} cloud exchanges checked against Google's discovery "
+                  "documents")
+        runs = f"{len(outcomes) - len(gke)} simulated and {len(gke)} gke runs, "
+    else:
+        faults = f"{total('cloud_faults')} cloud faults over {total('starts')} process starts"
+        judged = f"{total('changes_judged')} changes judged ({total('late_after_pause')} late after a pause)"
+        runs = ""
+    return (f"chaos totals: {runs}{total('gangs')} gangs ({total('deletes')} deleted), {total('kills')} SIGKILLs, "
             f"{total('terms')} SIGTERMs, {total('pauses')} SIGSTOPs, {total('api_faults_acted')} API fault hits "
-            f"({total('api_faults')} faults), {total('cloud_faults')} cloud faults over {total('starts')} process "
-            f"starts, {total('leaders')} leaderships, {total('changes_judged')} changes judged "
-            f"({total('late_after_pause')} late after a pause), "
+            f"({total('api_faults')} faults), {faults}, {total('leaders')} leaderships, {judged}, "
             f"{sum(len(o.violations) for o in outcomes)} violations")
 
 
@@ -68,7 +88,8 @@ async def campaign(args: argparse.Namespace) -> int:
             workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-")) if args.keep is None \
                 else args.keep / f"seed-{seed}"
             workdir.mkdir(parents=True, exist_ok=True)
-            outcome = await run_once(seed, workdir, fault_seconds=args.fault_seconds, settle_guard=args.settle_guard)
+            outcome = await run_once(seed, workdir, provider=provider_of(seed, args.provider),
+                                     fault_seconds=args.fault_seconds, settle_guard=args.settle_guard)
         outcomes.append(outcome)
         print(outcome.line(), flush=True)
         for violation in outcome.violations:

@@ -71,28 +71,46 @@ class Actuator:
         finally:
             self.metrics.provider_call(self.provider.name, operation, time.perf_counter() - started, error)
 
-    async def obtain_step(self, step: Step, deadline: float) -> Obtained:
+    async def _retried(self, operation: str, call: Callable[[], Awaitable[T]], what: str, *, fenced: bool = True,
+                       attempts: int | None = None) -> T:
+        """``call()``, tried again with the same arguments while it fails transiently (the one retry policy of
+        provider calls: a growing, jittered wait that honours the cloud's Retry-After), up to ``attempts`` tries
+        (``self.attempts``; 0: until it answers). A mutating call is fenced before every try."""
         backoff = Backoff(initial=1.0, maximum=30.0)
-        for attempt in range(1, self.attempts + 1):
-            self._fenced()
+        limit = self.attempts if attempts is None else attempts
+        attempt = 0
+        while True:
+            attempt += 1
+            if fenced:
+                self._fenced()
             try:
-                got = await self._timed("obtain", self.provider.obtain(step.pool, step.units, token=step.token,
-                                                                         deadline=deadline))
-                problem = step_problem(step, got, self.pools.get(step.pool))
-                if problem is not None:
-                    log.error("obtain %s x%d (token %s) returned an incomplete result: %s", step.pool, step.units,
-                              step.token, problem)
-                    raise ProviderError(ErrorClass.PERMANENT, "INCOMPLETE_RESULT", problem, pool=step.pool,
-                                        rolled_back=False)
-                return got
+                return await self._timed(operation, call())
             except ProviderError as exc:
-                if exc.error_class is not ErrorClass.TRANSIENT or attempt == self.attempts:
+                if exc.error_class is not ErrorClass.TRANSIENT or attempt == limit:
                     raise
                 delay = backoff.next(exc.retry_after)
-                log.info("obtain %s x%d (token %s) failed transiently (%s); retrying in %.1fs with the same token",
-                         step.pool, step.units, step.token, exc, delay)
+                log.info("%s failed transiently (%s); retrying in %.1fs", what, exc, delay)
                 await self.clock.sleep(delay)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def obtain_step(self, step: Step, deadline: float) -> Obtained:
+        async def call() -> Obtained:
+            got = await self.provider.obtain(step.pool, step.units, token=step.token, deadline=deadline)
+            problem = step_problem(step, got, self.pools.get(step.pool))
+            if problem is not None:
+                log.error("obtain %s x%d (token %s) returned an incomplete result: %s", step.pool, step.units,
+                          step.token, problem)
+                raise ProviderError(ErrorClass.PERMANENT, "INCOMPLETE_RESULT", problem, pool=step.pool,
+                                    rolled_back=False)
+            return got
+
+        return await self._retried("obtain", call, f"obtain {step.pool} x{step.units} (token {step.token}, the same "
+                                                   "token on every try)")
+
+    async def lookup(self, token: str, *, until_answered: bool = False) -> Obtained | None:
+        """What ``token`` designates at the provider; transient failures are retried (without end with
+        ``until_answered``: a new leader settling its predecessors' intents must not give up on one 503)."""
+        return await self._retried("lookup", lambda: self.provider.lookup(token), f"lookup of token {token}",
+                                   fenced=False, attempts=0 if until_answered else None)
 
     async def obtain_all(self, steps: Sequence[Step], deadline: float) -> dict[str, Obtained]:
         """Every step's units, or :class:`ScaleUpFailed` after releasing everything the steps obtained."""
@@ -103,9 +121,14 @@ class Actuator:
         if any(isinstance(f, NotLeader) for f in failures):
             # Lost the lease mid-way: undoing is the next leader's job (it adopts the recorded intent).
             raise NotLeader("the leader lease was lost during a scale-up")
-        await self.release_steps(steps)
         errors = [f if isinstance(f, ProviderError) else ProviderError(
             ErrorClass.TRANSIENT, type(f).__name__, str(f), pool="?") for f in failures]
+        try:
+            await self.release_steps(steps)
+        except ProviderError as exc:
+            # What is left of the scale-up is unbooked and empty: scale-down removes it once unneeded.
+            log.warning("could not release every unit of a failed scale-up: %s", exc)
+            errors.append(exc)
         for f in failures:
             if not isinstance(f, ProviderError):
                 log.error("provider raised an unexpected error", exc_info=f)
@@ -115,21 +138,13 @@ class Actuator:
         """Release whatever each step's token obtained (looked up at the provider); returns units released."""
         released = 0
         for step in steps:
-            got = await self._timed("lookup", self.provider.lookup(step.token))
+            got = await self.lookup(step.token)
             if got is not None and got.units:
                 await self.release(step.pool, [unit.unit_id for unit in got.units], step.token)
                 released += len(got.units)
         return released
 
     async def release(self, pool: str, unit_ids: Sequence[str], token: str) -> None:
-        backoff = Backoff(initial=1.0, maximum=30.0)
-        for attempt in range(1, self.attempts + 1):
-            self._fenced()
-            try:
-                await self._timed("release", self.provider.release(pool, unit_ids, token=token))
-                self.released.update(unit_ids)
-                return
-            except ProviderError as exc:
-                if exc.error_class is not ErrorClass.TRANSIENT or attempt == self.attempts:
-                    raise
-                await self.clock.sleep(backoff.next(exc.retry_after))
+        await self._retried("release", lambda: self.provider.release(pool, unit_ids, token=token),
+                            f"release of {len(unit_ids)} unit(s) of {pool}")
+        self.released.update(unit_ids)

@@ -38,6 +38,7 @@ batched (a gang forms later, never twice), unsent events and metrics (informatio
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
@@ -674,8 +675,8 @@ class Controller:
         for st in self.states.values():
             if st.record is not None:
                 known.update(st.record.tokens)
-        for release in await recover_intents(self.states.values(), self.provider.lookup, self.pools,
-                                             self.clock.now()):
+        lookup = functools.partial(self.actuator.lookup, until_answered=True)
+        for release in await recover_intents(self.states.values(), lookup, self.pools, self.clock.now()):
             self._start_release(release)
         await release_orphans(self.view, known, self.actuator.release)
 

@@ -21,17 +21,28 @@ At the end, once the faults stopped and things settled: every live request is ``
 provisioned with new nodes has them all Ready, and no more than it needs; every pool holds exactly the nodes its
 live requests need, all Ready (nothing left that nobody needs). From the logs: no traceback, and no process
 exited except when the harness killed or stopped it or when it lost the lease.
+
+gke runs, from the fake Google Cloud's own view of its traffic (:class:`CloudTraffic`, an observer of
+``gangscale.sim.gcp.server.OBSERVERS``): every exchange of gangscale's with it is valid against Google's discovery
+documents (``gangscale.sim.gcp.discovery``, requests checked strictly); no call that changes the cloud (any
+method but GET, save the Compute methods that read over POST) reached it from a replica outside its leadership,
+judged by :func:`leadership` exactly as the API-server changes are (a call the fake applied but whose answer it
+dropped, a lost response, counts as applied). At the end (:func:`cloud_at_the_end`), the cloud holds nothing the
+nodes do not show: every VM of every instance group has its Node, and no node pool gangscale made is left without
+a VM (a failed slice's pool in ERROR, which no Node would reveal).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from chaoslib.observe import History, condition, gang_uid, is_true, node_pool, node_ready
+from chaoslib.observe import History, condition, gang_uid, is_true, node_pool, node_ready, request_claims
 from chaoslib.plan import Gang
 from chaoslib.procs import LOST_LEASE, Start
 
@@ -139,11 +150,12 @@ def leadership(log: Iterable[JSON], lease_seconds: float,
         match = _AGENT.match(str(entry.get("userAgent", "")))
         if match is None or entry.get("verb") not in _CHANGES:
             continue
-        if not 200 <= int(entry.get("status") or 0) < 300:
+        if not entry.get("applied", 200 <= int(entry.get("status") or 0) < 300):
             continue  # refused (a 409 for a node that exists, an injected 500): it changed nothing
         program, identity = match.group(1), match.group("identity")
-        what = f"{entry['verb']} {entry['resource']}{'/' + entry['subresource'] if entry.get('subresource') else ''}" \
-               f" {entry.get('name') or ''}".rstrip()
+        what = entry.get("what") or \
+            f"{entry['verb']} {entry['resource']}{'/' + entry['subresource'] if entry.get('subresource') else ''}" \
+            f" {entry.get('name') or ''}".rstrip()
         if entry.get("resource") == "leases":
             leases.append((_when(entry), identity))
         elif program == "gangscale" or (entry.get("resource") == "nodes" and not entry.get("subresource")):
@@ -169,14 +181,18 @@ def leadership(log: Iterable[JSON], lease_seconds: float,
     return out
 
 
-def at_the_end(requests: list[JSON], nodes: list[JSON], gangs_by_name: Mapping[str, Gang]) -> list[str]:
+def at_the_end(requests: list[JSON], nodes: list[JSON], gangs_by_name: Mapping[str, Gang],
+               claims: Mapping[str, str] | None = None) -> list[str]:
     """Every live request ``Provisioned=True``; one provisioned with new nodes has them all Ready; each
     pool holds exactly the nodes its live requests need, all Ready (a node of a deleted request may serve a request
-    that found it free; any more is capacity nobody needs, left after scale-down time)."""
+    that found it free; any more is capacity nobody needs, left after scale-down time). A node without a token
+    label counts for the request whose recorded token has its claim (the requests' own records, and ``claims``:
+    those the history saw)."""
     problems: list[str] = []
+    known = {**(claims or {}), **request_claims(requests)}
     by_uid: dict[str, list[JSON]] = {}
     for node in nodes:
-        by_uid.setdefault(gang_uid(node), []).append(node)
+        by_uid.setdefault(gang_uid(node, known), []).append(node)
     need_per_pool: dict[str, int] = {}
     for request in sorted(requests, key=lambda r: r["metadata"]["name"]):
         name, uid = request["metadata"]["name"], request["metadata"]["uid"]
@@ -226,3 +242,65 @@ def processes(starts: Iterable[Start]) -> list[str]:
 
 def by_name(gangs: Iterable[Gang]) -> dict[str, Gang]:
     return {gang.name: gang for gang in gangs}
+
+
+# --- gke runs: the fake Google Cloud's traffic -----------------------------------------------------------------------
+
+#: Compute Engine methods that read but are called with POST (and ``zoneOperations.wait``, which only waits).
+READING_POSTS = re.compile(r"/(listManagedInstances|listPerInstanceConfigs|operations/[^/]+/wait)$")
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+@functools.cache
+def _discovery() -> Any:
+    from gangscale.sim.gcp.discovery import Discovery  # noqa: PLC0415 (only where a gke run judges)
+
+    return Discovery.load()
+
+
+@dataclass
+class CloudTraffic:
+    """An observer of a fake Google Cloud (``gangscale.sim.gcp.server.Observer``): the calls of one run, told apart
+    from other runs' in the same process by the run's project in the path. It checks each of gangscale's exchanges
+    against Google's discovery documents at once (``problems``) and keeps its changes for :func:`leadership`
+    (``changes``: entries shaped as the API server's request log's, with the wall-clock time the fake answered)."""
+
+    project: str
+    problems: list[str] = field(default_factory=list)
+    changes: list[JSON] = field(default_factory=list)
+    #: Exchanges of gangscale's checked.
+    checked: int = 0
+    clock: Any = time.time
+
+    def __call__(self, *, method: str, path: str, query: Mapping[str, str], request: Any, status: int,
+                 response: Any, user_agent: str) -> None:
+        if f"/projects/{self.project}/" not in path or not user_agent.startswith("gangscale"):
+            return
+        from gangscale.sim.gcp.discovery import Exchange  # noqa: PLC0415
+
+        self.checked += 1
+        found = _discovery().check(Exchange(method, path, dict(query), request, status, response),
+                                   strict_request=True)
+        self.problems += [f"{method} {path} -> {status or 'answer dropped'} ({user_agent}): breaks Google's "
+                          f"discovery documents: {problem}" for problem in found]
+        if method.upper() in _VERBS and not READING_POSTS.search(path):
+            self.changes.append(cloud_change(self.clock(), method, path, status, user_agent))
+
+
+def cloud_change(at: float, method: str, path: str, status: int, user_agent: str) -> JSON:
+    """A change to the cloud as a request-log entry for :func:`leadership`. Applied: a 2xx answer, or none at all
+    (status 0: the fake applied the call and dropped its answer — a lost response; the campaign holds no call)."""
+    return {"time": datetime.fromtimestamp(at, UTC).isoformat(timespec="microseconds"), "userAgent": user_agent,
+            "verb": _VERBS[method.upper()], "resource": "cloud", "name": path, "status": status,
+            "applied": status == 0 or 200 <= status < 300,
+            "what": f"{method.upper()} {path}{' (answer dropped)' if status == 0 else ''}"}
+
+
+def cloud_at_the_end(groups: Mapping[str, list[str]], made_pools: Mapping[str, int], nodes: Iterable[str]) -> list[str]:
+    """The cloud holds nothing the nodes do not show: ``groups`` (node pool -> the names of its instance groups'
+    members, VMs or instances still being created), ``made_pools`` (node pool gangscale made -> its members)."""
+    names = set(nodes)
+    problems = [f"node pool {pool}: VM {vm} has no Node" for pool, vms in sorted(groups.items()) for vm in sorted(vms)
+                if vm not in names]
+    problems += [f"node pool {pool} is left with no VM" for pool, members in sorted(made_pools.items()) if not members]
+    return problems

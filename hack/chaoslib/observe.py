@@ -6,14 +6,23 @@ from a single increasing sequence, so merging the node and request events by it 
 writes happened: what the nodes looked like at the moment a request was marked ``Provisioned=True`` is exact, not
 a guess from arrival times. A watch that had to re-list (``lists`` > 1) may have missed events; the run then
 says its history is incomplete instead of judging from it.
+
+A node counts for the request whose scale-up made it: by its ``gangscale.io/token`` label (the simulated cloud's
+nodes, the gke provider's slices), else by the *claim* (``gangscale.providers.gke.names``) its name or its resize
+request label carries — a VM the gke provider added to an existing node pool is ``gs-<claim>-<i>`` (``resize``), or
+carries ``autoscaling.gke.io/provisioning-request: gs-<claim>`` (``flex-start``) — matched against the tokens the
+requests recorded (``status.provisioningClassDetails["gangscale.io/scale-up"]``, ``steps[].token``). Nodes are
+attributed when the history is read, not when their event arrives: the node and request watches are separate
+streams, so a node may be seen before the request write that recorded its token (which came first).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gangscale.kube.client import make_http
@@ -22,11 +31,16 @@ from gangscale.kube.resources import LEASES, NODES, PROVREQS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL
+from gangscale.providers.gke import names as gke_names
 
 JSON = dict[str, Any]
 NS = "default"
 #: The first 36 characters of a scale-up token are the request's uid (``gangscale.controller.record.step_token``).
 UID_LENGTH = 36
+#: Where gangscale records a scale-up's steps and their tokens on the request (``gangscale.controller.record``).
+SCALE_UP_DETAIL = "gangscale.io/scale-up"
+#: GKE's label naming the MIG resize request a VM came from (``flex-start`` pools).
+RESIZE_REQUEST_LABEL = "autoscaling.gke.io/provisioning-request"
 
 
 def rv(obj: JSON) -> int:
@@ -53,9 +67,38 @@ def node_pool(node: JSON) -> str:
     return str(((node.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL, ""))
 
 
-def gang_uid(node: JSON) -> str:
-    """The uid of the request whose scale-up made the node ("" for a node gangscale did not make)."""
-    return str(((node.get("metadata") or {}).get("labels") or {}).get(TOKEN_LABEL, ""))[:UID_LENGTH]
+def gang_uid(node: JSON, claims: Mapping[str, str] | None = None) -> str:
+    """The uid of the request whose scale-up made the node ("" for a node gangscale did not make, or one whose
+    claim ``claims`` (claim -> request uid, :func:`request_claims`) does not know)."""
+    token = str(((node.get("metadata") or {}).get("labels") or {}).get(TOKEN_LABEL, ""))
+    if token:
+        return token[:UID_LENGTH]
+    claim = node_claim(node)
+    return (claims or {}).get(claim, "") if claim else ""
+
+
+def node_claim(node: JSON) -> str:
+    """The claim of the token that made a VM the gke provider added to an existing node pool: in its name
+    (``resize``: ``gs-<claim>-<i>``) or its resize request label (``flex-start``: ``gs-<claim>``); "" for others."""
+    meta = node.get("metadata") or {}
+    request = str((meta.get("labels") or {}).get(RESIZE_REQUEST_LABEL, ""))
+    return gke_names.claim_of(str(meta.get("name", ""))) or gke_names.claim_of_request(request) or ""
+
+
+def recorded_tokens(request: JSON) -> list[str]:
+    """The tokens of the scale-up a request records (none when it records none, or what it records is not JSON)."""
+    detail = ((request.get("status") or {}).get("provisioningClassDetails") or {}).get(SCALE_UP_DETAIL)
+    try:
+        steps = json.loads(str(detail))["steps"] if detail else []
+        return [str(step["token"]) for step in steps if step.get("token")]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def request_claims(requests: Iterable[JSON]) -> dict[str, str]:
+    """claim -> the uid of the request that recorded a token with that claim."""
+    return {gke_names.claim(token): str(request["metadata"].get("uid", ""))
+            for request in requests for token in recorded_tokens(request)}
 
 
 @dataclass(frozen=True)
@@ -73,20 +116,27 @@ class Seen:
     owner: str = ""
     #: node: its pool; request: the reason of its Provisioned condition.
     detail: str = ""
+    #: node without a token label: the claim its name or resize request label carries (see :func:`node_claim`).
+    claim: str = ""
 
 
 @dataclass
 class History:
     events: list[Seen] = field(default_factory=list)
     reflectors: list[Reflector] = field(default_factory=list)
+    #: claim -> request uid, from every token a request has recorded (:func:`request_claims`).
+    claims: dict[str, str] = field(default_factory=dict)
 
     def on_node(self, event: ReflectorEvent) -> None:
         obj = event.obj
+        owner = gang_uid(obj)
         self.events.append(Seen(rv(obj), "node", event.type, obj["metadata"]["name"],
-                                obj["metadata"].get("uid", ""), node_ready(obj), gang_uid(obj), node_pool(obj)))
+                                obj["metadata"].get("uid", ""), node_ready(obj), owner, node_pool(obj),
+                                "" if owner else node_claim(obj)))
 
     def on_request(self, event: ReflectorEvent) -> None:
         obj = event.obj
+        self.claims.update(request_claims([obj]))
         self.events.append(Seen(rv(obj), "request", event.type, obj["metadata"]["name"],
                                 obj["metadata"].get("uid", ""), is_true(obj, "Provisioned"),
                                 detail=str((condition(obj, "Provisioned") or {}).get("reason", ""))))
@@ -102,8 +152,14 @@ class History:
 
     def ordered(self) -> list[Seen]:
         """Every event in the order the writes happened (stable for equal versions: a deletion's event may carry
-        the version of the object's last write)."""
-        return sorted(self.events, key=lambda e: e.rv)
+        the version of the object's last write), each node attributed to its request (by claim where it has no
+        token label)."""
+        return sorted((self._attributed(e) for e in self.events), key=lambda e: e.rv)
+
+    def _attributed(self, event: Seen) -> Seen:
+        if event.kind != "node" or event.owner or not event.claim or event.claim not in self.claims:
+            return event
+        return replace(event, owner=self.claims[event.claim])
 
     def leaders(self) -> list[str]:
         """The Lease's holders in order (consecutive repeats folded)."""

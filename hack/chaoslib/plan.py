@@ -1,9 +1,12 @@
 """A chaos run's schedule: a pure function of its seed.
 
 What the seed fixes: which gangs are created and deleted when, which replica is killed (SIGKILL), stopped
-(SIGTERM) or paused (SIGSTOP … SIGCONT) when, which API-server faults are injected when, and which cloud faults
-each successive process start gets in its pool file. What it cannot fix: how real processes on a real clock
-interleave with those moments. A failing seed is re-run with the same schedule; the interleaving may differ.
+(SIGTERM) or paused (SIGSTOP … SIGCONT) when, which API-server faults are injected when, and the cloud faults:
+with the simulated provider, those each successive process start gets in its pool file; with the ``gke`` provider,
+changes to the live fake Google Cloud's knobs at chosen moments (``cloud-fault`` actions, :func:`_gke_fault`),
+drawn from a generator of their own so that a seed's other actions are the same for both providers. What it cannot
+fix: how real processes on a real clock interleave with those moments. A failing seed is re-run with the same
+schedule; the interleaving may differ.
 
 Gangs never ask for more than the pools hold together (the schedule keeps the live demand per pool within each
 pool's ``maxUnits``), so every live gang can and must end ``Provisioned=True`` once the faults stop.
@@ -40,6 +43,42 @@ nodePools:
     simulated: {{provisionSeconds: 0.3{cpu}}}
 """
 
+#: The gke runs' pool file: the same pools on one GKE cluster (``{project}`` is the run's own, so that the fakes of
+#: runs played at the same time in one harness process tell their traffic apart). The TPU pool makes one 2-host
+#: node pool per slice; the GPU and CPU pools add single VMs to existing node pools (``gangscale.sim.gcp.standalone
+#: .set_up`` creates those, with no VM). How each pool is grown is its ``gke:`` block alone (:data:`GKE_MODES`):
+#: a pool can move to another mode by changing this text only, e.g. the GPU pool to ``mode: flex-start, nodePool:
+#: gpu`` (``set_up`` then makes ``gpu`` a flex-start node pool, and its nodes are attributed by the resize request
+#: label, ``observe.node_claim``).
+GKE_ZONE = "us-central1-a"
+GKE_REGION = "us-central1"
+GKE_CLUSTER = "chaos"
+#: Each pool's machine type on GKE (what a stockout fault names).
+GKE_MACHINES: dict[str, str] = {"tpu": "ct5lp-hightpu-4t", "gpu": "a3-highgpu-8g", "cpu": "e2-standard-16"}
+GKE_MODES: dict[str, str] = {"tpu": "mode: slice", "gpu": "mode: resize, nodePool: gpu",
+                             "cpu": "mode: resize, nodePool: cpu"}
+GKE_POOL_FILE = """\
+nodePools:
+  - name: tpu
+    machineType: {tpu_machine}
+    tpuTopology: 2x4
+    zone: {zone}
+    maxUnits: {tpu_max}
+    gke: {{{gke}, {tpu_mode}}}
+  - name: gpu
+    machineType: {gpu_machine}
+    zone: {zone}
+    maxUnits: {gpu_max}
+    gke: {{{gke}, {gpu_mode}}}
+  - name: cpu
+    machineType: {cpu_machine}
+    zone: {zone}
+    maxUnits: {cpu_max}
+    allocatable: {{cpu: "15", memory: 56Gi, pods: "110"}}
+    gke: {{{gke}, {cpu_mode}}}
+"""
+PROVIDERS = ("simulated", "gke", "both")
+
 #: The pod of each shape: one per node of its pool.
 TEMPLATES: dict[str, JSON] = {
     "tpu": {"nodeSelector": {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
@@ -75,10 +114,11 @@ class Gang:
 @dataclass(frozen=True)
 class Action:
     at: float
-    kind: str  # create | delete | kill | term | pause | api-fault
+    kind: str  # create | delete | kill | term | pause | api-fault | cloud-fault
     gang: Gang | None = None
     #: kill / term / pause: "leader" or "standby" (resolved from the Lease when the action runs).
     target: str = ""
+    #: pause: how long; cloud-fault: how long the fault lasts (0: until the fault phase ends, or used up).
     seconds: float = 0.0
     fault: JSON = field(default_factory=dict)
 
@@ -88,6 +128,7 @@ class Plan:
     seed: int
     fault_seconds: float
     actions: tuple[Action, ...]
+    provider: str = "simulated"
 
     def gangs(self) -> list[Gang]:
         return [a.gang for a in self.actions if a.kind == "create" and a.gang is not None]
@@ -128,7 +169,68 @@ def _api_faults(rng: random.Random) -> JSON:
             "times": rng.randint(1, 2), "user_agent": agent}
 
 
-def make_plan(seed: int, fault_seconds: float = 15.0) -> Plan:
+#: Where an injected HTTP error of the fake Google Cloud aims: (method, path regex). Only the API paths: the metadata
+#: server (google-auth's tokens) is left alone.
+GKE_ERROR_TARGETS: tuple[tuple[str, str], ...] = (
+    ("POST", r"^/v1/.*/nodePools$"),  # slice creates
+    ("GET", r"^/v1/.*/operations/"),  # GKE operation polls
+    ("DELETE", r"^/v1/.*/nodePools/gs-"),  # slice deletes (rollback, scale-down)
+    ("GET", r"^/v1/.*/nodePools/gs-"),  # a slice's status
+    ("POST", r"/createInstances$"),
+    ("POST", r"/deleteInstances$"),
+    ("POST", r"/listManagedInstances$"),
+    ("GET", r"^/compute/v1/.*/operations/"),  # compute operation polls
+    ("*", r"^/(v1|compute/v1)/"),  # anything
+)
+
+
+def _gke_fault(rng: random.Random) -> tuple[JSON, float]:
+    """One fault of the fake Google Cloud and how long it lasts (0: a counter used up by the calls it hits, or the
+    end of the fault phase). Applied by ``chaoslib.gcp.GkeCloud``."""
+    kind = rng.choices(["stockout", "lost-responses", "unavailable", "throttle", "html-500", "slow-operations",
+                        "partial-slice", "never-ready"], weights=[3, 2, 2, 2, 1, 2, 2, 2])[0]
+    if kind == "stockout":
+        pool = rng.choice(list(GKE_MACHINES))
+        return {"kind": kind, "zone": GKE_ZONE, "machine": GKE_MACHINES[pool]}, round(rng.uniform(1.5, 5.0), 2)
+    if kind == "lost-responses":
+        return {"kind": kind, "count": rng.randint(1, 2)}, 0.0
+    if kind in ("unavailable", "throttle", "html-500"):
+        method, path = rng.choice(GKE_ERROR_TARGETS)
+        error: JSON = {"kind": "http-error", "status": {"unavailable": 503, "throttle": 429, "html-500": 500}[kind],
+                       "method": method, "path": path, "times": rng.randint(1, 3)}
+        if kind == "throttle":
+            error["retry_after"] = 1
+        if kind == "html-500":
+            error["html"] = True
+        return error, 0.0
+    if kind == "slow-operations":
+        return {"kind": kind, "operation_seconds": round(rng.uniform(1.5, 4.0), 2)}, round(rng.uniform(2.0, 6.0), 2)
+    if kind == "partial-slice":
+        return {"kind": kind, "hosts": 1}, 0.0
+    return {"kind": kind}, round(rng.uniform(1.0, 4.0), 2)
+
+
+def gke_faults(seed: int, fault_seconds: float = 15.0) -> list[Action]:
+    """The gke runs' cloud faults: a pure function of the seed, from a generator of their own."""
+    rng = random.Random(seed * 7919 + 2)
+    out = []
+    for _ in range(rng.randint(2, 5)):
+        at = rng.uniform(0, fault_seconds * 0.9)
+        fault, seconds = _gke_fault(rng)
+        out.append(Action(at, "cloud-fault", seconds=seconds, fault=fault))
+    return out
+
+
+def provider_of(seed: int, choice: str) -> str:
+    """The provider of the run of ``seed`` under ``--provider choice``: ``both`` takes gke for odd seeds."""
+    if choice == "both":
+        return "gke" if seed % 2 else "simulated"
+    if choice not in PROVIDERS:
+        raise ValueError(f"unknown provider {choice!r}; one of {', '.join(PROVIDERS)}")
+    return choice
+
+
+def make_plan(seed: int, fault_seconds: float = 15.0, provider: str = "simulated") -> Plan:
     rng = random.Random(seed)
     actions: list[Action] = []
     live: list[tuple[float, Gang]] = []
@@ -160,8 +262,10 @@ def make_plan(seed: int, fault_seconds: float = 15.0) -> Plan:
                               seconds=round(rng.uniform(0.5, 4.0), 2) if kind == "pause" else 0.0))
     for _ in range(rng.randint(3, 7)):
         actions.append(Action(rng.uniform(0, fault_seconds), "api-fault", fault=_api_faults(rng)))
+    if provider == "gke":
+        actions += gke_faults(seed, fault_seconds)
     actions.sort(key=lambda a: a.at)
-    return Plan(seed, fault_seconds, tuple(actions))
+    return Plan(seed, fault_seconds, tuple(actions), provider)
 
 
 def pool_file(rng: random.Random | None) -> str:
@@ -183,6 +287,18 @@ def pool_file(rng: random.Random | None) -> str:
     extra = {pool: "".join(f", {key}: {value}" for key, value in sorted(kv.items())) for pool, kv in knobs.items()}
     return POOL_FILE.format(tpu=extra["tpu"], gpu=extra["gpu"], cpu=extra["cpu"],
                             tpu_max=POOLS["tpu"][1], gpu_max=POOLS["gpu"][1], cpu_max=POOLS["cpu"][1])
+
+
+def gke_project(seed: int) -> str:
+    """The run's own Google Cloud project id (6 to 30 characters, a letter first)."""
+    return f"chaos-{abs(seed)}"
+
+
+def gke_pool_file(project: str) -> str:
+    gke = f"project: {project}, location: {GKE_REGION}, cluster: {GKE_CLUSTER}"
+    return GKE_POOL_FILE.format(zone=GKE_ZONE, gke=gke, **{f"{p}_machine": m for p, m in GKE_MACHINES.items()},
+                                **{f"{p}_mode": m for p, m in GKE_MODES.items()},
+                                **{f"{p}_max": spec[1] for p, spec in POOLS.items()})
 
 
 def faults_of(text: str) -> list[str]:

@@ -1,9 +1,10 @@
 """The processes of a chaos run: ``gangscale sim apiserver --control`` and two ``gangscale run`` replicas,
 restarted like a kubelet restarts a container (a short delay after each exit) while the run goes on.
 
-Every replica start gets its own pool file (cloud faults drawn from the run's seed, or none once the faults
-stop) and an identity: ``r<slot>-<start>`` (a new pod), or the slot's previous identity (a container restarted in
-the same pod). Its user agents carry that identity, so the API server's request log tells the replicas apart.
+Every replica start gets its own pool file (simulated runs: cloud faults drawn from the run's seed, or none once the
+faults stop; gke runs: the run's pool file, the faults being in the fake cloud, ``chaoslib.gcp``) and an identity:
+``r<slot>-<start>`` (a new pod), or the slot's previous identity (a container restarted in the same pod). Its user
+agents carry that identity, so the API server's request log (and the fake cloud's) tells the replicas apart.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,9 +28,9 @@ from chaoslib.plan import faults_of, pool_file
 #: Leader election as deployed, scaled down (15/10/2 s -> 2/1.5/0.3 s) so that a run takes seconds.
 LEASE_SECONDS = 2.0
 RUN_FLAGS = (
-    "--provider", "simulated", "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--log-format", "json",
+    "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--log-format", "json",
     "--no-ray", "--batch-idle", "100ms", "--batch-max", "1s", "--booking-ttl", "10m",
-    "--scale-down-unneeded-time", "1s", "--max-node-provision-time", "4s", "--retry-initial", "500ms",
+    "--scale-down-unneeded-time", "1s", "--retry-initial", "500ms",
     "--retry-max", "2s", "--pool-backoff", "1s",
     "--leader-elect-lease-duration", f"{LEASE_SECONDS:g}s", "--leader-elect-renew-deadline", "1500ms",
     "--leader-elect-retry-period", "300ms")
@@ -77,6 +78,20 @@ class Start:
         return self.proc.returncode is None
 
 
+@dataclass(frozen=True)
+class Cloud:
+    """How a replica reaches its cloud: its provider flags, its environment (None: the harness's), and its pool file
+    for a start (given the generator of cloud faults, None once the faults stopped)."""
+
+    flags: tuple[str, ...]
+    pools: Callable[[random.Random | None], str]
+    env: dict[str, str] | None = None
+
+
+#: The simulated cloud, inside each replica: its faults are in each start's pool file.
+SIMULATED = Cloud(("--provider", "simulated", "--max-node-provision-time", "4s"), pool_file)
+
+
 @dataclass
 class Replicas:
     """Two replica slots; ``faults`` draws each start's cloud faults (None: clean pool files)."""
@@ -84,6 +99,7 @@ class Replicas:
     workdir: Path
     kubeconfig: Path
     faults: random.Random | None
+    cloud: Cloud = SIMULATED
     starts: list[Start] = field(default_factory=list)
     current: dict[int, Start] = field(default_factory=dict)
     supervising: bool = True
@@ -94,15 +110,15 @@ class Replicas:
         previous = self.current.get(slot)
         same_pod = previous is not None and previous.ended_by != "term" and self.identity_rng.random() < 0.3
         identity = previous.identity if same_pod and previous is not None else f"r{slot}-{number}"
-        text = pool_file(self.faults)
+        text = self.cloud.pools(self.faults)
         pools = self.workdir / f"pools-{number}.yaml"
         pools.write_text(text)
         log = self.workdir / f"replica-{number}-{identity}.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "gangscale.cli", "run", "--kubeconfig", str(self.kubeconfig),
-                "--config", str(pools), *RUN_FLAGS, "--leader-elect-identity", identity,
-                stdout=out, stderr=asyncio.subprocess.STDOUT)
+                "--config", str(pools), *self.cloud.flags, *RUN_FLAGS, "--leader-elect-identity", identity,
+                stdout=out, stderr=asyncio.subprocess.STDOUT, env=self.cloud.env)
         start = Start(slot, number, identity, log, text, proc)
         self.starts.append(start)
         self.current[slot] = start

@@ -1,6 +1,6 @@
-"""One chaos run: start the API server and two replicas, play the seed's schedule for the fault phase, stop the
-faults, roll both replicas onto clean pool files (SIGTERM, so the lease is handed over), wait until everything
-settles, and judge (``chaoslib.checks``)."""
+"""One chaos run: start the API server (and, for a gke run, the fake Google Cloud, ``chaoslib.gcp``) and two
+replicas, play the seed's schedule for the fault phase, stop the faults, roll both replicas onto clean pool files
+(SIGTERM, so the lease is handed over), wait until everything settles, and judge (``chaoslib.checks``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from chaoslib import checks
+from chaoslib.gcp import GkeCloud, gke_cloud
 from chaoslib.observe import NS, History, request_log, watching
 from chaoslib.plan import TEMPLATES, Action, Plan, make_plan
-from chaoslib.procs import HANG_GUARD, LEASE_SECONDS, Replicas, Start, apiserver
+from chaoslib.procs import HANG_GUARD, LEASE_SECONDS, SIMULATED, Cloud, Replicas, Start, apiserver
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import NODES, PODTEMPLATES, PROVREQS
 from gangscale.kube.transport import KubeHTTP
@@ -30,6 +31,7 @@ STABLE_FOR = 2.5
 @dataclass
 class Outcome:
     seed: int
+    provider: str = "simulated"
     violations: list[str] = field(default_factory=list)
     gangs: int = 0
     deletes: int = 0
@@ -43,6 +45,12 @@ class Outcome:
     leaders: int = 0
     changes_judged: int = 0
     late_after_pause: int = 0
+    #: gke runs: gangscale's exchanges with the fake cloud checked against Google's discovery documents, and its
+    #: changes to the cloud judged for leadership (counted in ``changes_judged`` too).
+    exchanges_checked: int = 0
+    cloud_changes_judged: int = 0
+    #: gke runs: calls the cloud faults acted on (injected errors, lost answers) and broken slices made.
+    cloud_faults_acted: int = 0
     complete: bool = True
     settle_seconds: float = 0.0
     seconds: float = 0.0
@@ -54,10 +62,13 @@ class Outcome:
     def line(self) -> str:
         verdict = "clean" if self.clean else f"{len(self.violations)} VIOLATION(S)"
         note = "" if self.complete else " (watch history incomplete: a watch re-listed)"
-        return (f"seed {self.seed}: {verdict}: gangs {self.gangs} (deleted {self.deletes}), kills {self.kills}, "
-                f"terms {self.terms}, pauses {self.pauses}, api faults {self.api_faults_acted} hits of "
-                f"{self.api_faults}, cloud faults {self.cloud_faults} over {self.starts} starts, "
-                f"leaders {self.leaders}, changes judged {self.changes_judged}"
+        cloud = f"cloud faults {self.cloud_faults} over {self.starts} starts" if self.provider == "simulated" else \
+            f"cloud faults {self.cloud_faults} ({self.cloud_faults_acted} hits), {self.starts} starts, " \
+            f"cloud exchanges checked {self.exchanges_checked}"
+        return (f"seed {self.seed} {self.provider}: {verdict}: gangs {self.gangs} (deleted {self.deletes}), kills "
+                f"{self.kills}, terms {self.terms}, pauses {self.pauses}, api faults {self.api_faults_acted} hits of "
+                f"{self.api_faults}, {cloud}, leaders {self.leaders}, changes judged {self.changes_judged}"
+                f"{f' ({self.cloud_changes_judged} to the cloud)' if self.provider == 'gke' else ''}"
                 f"{f' ({self.late_after_pause} late after a pause)' if self.late_after_pause else ''}, settled in "
                 f"{self.settle_seconds:.1f}s, {self.seconds:.0f}s{note}")
 
@@ -69,6 +80,7 @@ class Run:
     history: History
     replicas: Replicas
     outcome: Outcome
+    cloud: GkeCloud | None = None
     uids: dict[str, str] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -88,6 +100,9 @@ class Run:
         elif action.kind == "api-fault":
             await self.http.request("POST", "/_sim/faults", body=action.fault)
             self.outcome.api_faults += 1
+        elif action.kind == "cloud-fault":
+            if self.cloud is not None:
+                self.cloud.apply(action)
         else:
             target = self.replicas.pick(action.target, self.history.holder())
             if target is None:
@@ -106,6 +121,8 @@ class Run:
         state = await self.http.request("GET", "/_sim/faults")
         self.outcome.api_faults_acted = sum(int(f.get("acted") or 0) for f in state["faults"])
         await self.http.request("DELETE", "/_sim/faults")
+        if self.cloud is not None:
+            await self.cloud.stop_faults()
         await asyncio.gather(*self.background)
         self.replicas.faults = None  # every start from now on gets a clean pool file
 
@@ -124,7 +141,10 @@ class Run:
     async def end_state(self) -> list[str]:
         requests = (await self.http.request("GET", PROVREQS.path(NS)))["items"]
         nodes = (await self.http.request("GET", NODES.path()))["items"]
-        return checks.at_the_end(requests, nodes, checks.by_name(self.plan.gangs()))
+        problems = checks.at_the_end(requests, nodes, checks.by_name(self.plan.gangs()), self.history.claims)
+        if self.cloud is not None:
+            problems += checks.cloud_at_the_end(*self.cloud.groups(), (n["metadata"]["name"] for n in nodes))
+        return problems
 
     async def settle(self, guard: float) -> list[str]:
         """Wait until the end state holds, and still holds a little later; else its problems at the guard."""
@@ -150,47 +170,66 @@ async def until(predicate: Any, what: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def run_once(seed: int, workdir: Path, *, fault_seconds: float = 15.0, settle_guard: float = 90.0) -> Outcome:
+async def run_once(seed: int, workdir: Path, *, provider: str = "simulated", fault_seconds: float = 15.0,
+                   settle_guard: float = 90.0) -> Outcome:
     started = time.monotonic()
-    plan = make_plan(seed, fault_seconds)
-    outcome = Outcome(seed, gangs=plan.count("create"))
-    async with apiserver(workdir) as kubeconfig, watching(str(kubeconfig)) as (http, history):
-        for name, spec in TEMPLATES.items():
-            await http.request("POST", PODTEMPLATES.path(NS), body={
-                "apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": {"spec": spec}})
-        replicas = Replicas(workdir, kubeconfig, faults=random.Random(seed * 7919 + 1),
-                            identity_rng=random.Random(seed))
-        run = Run(plan, http, history, replicas, outcome)
-        supervisor = asyncio.create_task(replicas.supervise(), name="chaos supervisor")
-        try:
-            await replicas.start(0)
-            await replicas.start(1)
-            await until(lambda: bool(history.holder()), "a replica to take the lease")
-            t0 = time.monotonic()
-            for action in plan.actions:
-                await asyncio.sleep(max(0.0, t0 + action.at - time.monotonic()))
-                await run.act(action)
-            await asyncio.sleep(max(0.0, t0 + fault_seconds - time.monotonic()))
-            await run.stop_faults()
-            settling = time.monotonic()
-            await run.roll()
-            outcome.violations += await run.settle(settle_guard)
-            outcome.settle_seconds = time.monotonic() - settling
-            if outcome.violations:
-                await replicas.save_debug_plans()
-        except TimeoutError as exc:
-            outcome.violations.append(str(exc))
-        finally:
-            supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await supervisor
-            await replicas.stop_all()
-        log = await request_log(http)
-        judged(outcome, run, log, history, replicas.starts)
-        if outcome.violations:  # what the judges read, next to the processes' logs
-            (workdir / "requests.json").write_text(json.dumps(log, indent=0) + "\n")
+    plan = make_plan(seed, fault_seconds, provider)
+    outcome = Outcome(seed, provider, gangs=plan.count("create"))
+    async with contextlib.AsyncExitStack() as stack:
+        kubeconfig = await stack.enter_async_context(apiserver(workdir))
+        http, history = await stack.enter_async_context(watching(str(kubeconfig)))
+        cloud = await stack.enter_async_context(gke_cloud(seed, workdir, kubeconfig)) if provider == "gke" else None
+        await _play(plan, workdir, kubeconfig, http, history, cloud, outcome, settle_guard)
     outcome.seconds = time.monotonic() - started
     return outcome
+
+
+async def _play(plan: Plan, workdir: Path, kubeconfig: Path, http: KubeHTTP, history: History,
+                cloud: GkeCloud | None, outcome: Outcome, settle_guard: float) -> None:
+    seed, fault_seconds = plan.seed, plan.fault_seconds
+    for name, spec in TEMPLATES.items():
+        await http.request("POST", PODTEMPLATES.path(NS), body={
+            "apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": {"spec": spec}})
+    reaches = SIMULATED if cloud is None else Cloud(cloud.flags(), lambda _: cloud.pools, cloud.env())
+    replicas = Replicas(workdir, kubeconfig, faults=random.Random(seed * 7919 + 1), cloud=reaches,
+                        identity_rng=random.Random(seed))
+    run = Run(plan, http, history, replicas, outcome, cloud)
+    supervisor = asyncio.create_task(replicas.supervise(), name="chaos supervisor")
+    try:
+        await replicas.start(0)
+        await replicas.start(1)
+        await until(lambda: bool(history.holder()), "a replica to take the lease")
+        t0 = time.monotonic()
+        for action in plan.actions:
+            await asyncio.sleep(max(0.0, t0 + action.at - time.monotonic()))
+            await run.act(action)
+        await asyncio.sleep(max(0.0, t0 + fault_seconds - time.monotonic()))
+        await run.stop_faults()
+        settling = time.monotonic()
+        await run.roll()
+        outcome.violations += await run.settle(settle_guard)
+        outcome.settle_seconds = time.monotonic() - settling
+        if outcome.violations:
+            await replicas.save_debug_plans()
+    except TimeoutError as exc:
+        outcome.violations.append(str(exc))
+    finally:
+        supervisor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await supervisor
+        await replicas.stop_all()
+    log = await request_log(http)
+    judged(outcome, run, log, history, replicas.starts)
+    if outcome.violations:  # what the judges read, next to the processes' logs
+        (workdir / "requests.json").write_text(json.dumps(log, indent=0) + "\n")
+        if cloud is not None:
+            (workdir / "cloud-changes.json").write_text(json.dumps(cloud.traffic.changes, indent=0) + "\n")
+            (workdir / "cloud-calls.txt").write_text("".join(
+                f"{c.time:.6f} {c.method} {c.path} {c.status}\n" for c in cloud.gcp.calls))
+
+
+#: At most this many discovery problems are listed per run (the rest are counted).
+SHOWN_PROBLEMS = 10
 
 
 def judged(outcome: Outcome, run: Run, log: list[JSON], history: History, starts: list[Start]) -> None:
@@ -201,10 +240,22 @@ def judged(outcome: Outcome, run: Run, log: list[JSON], history: History, starts
     pauses: dict[str, list[tuple[float, float]]] = {}
     for start in starts:
         pauses.setdefault(start.identity, []).extend(start.pauses)
-    lead = checks.leadership(log, LEASE_SECONDS, pauses)
+    cloud_log = run.cloud.traffic.changes if run.cloud is not None else []
+    lead = checks.leadership([*log, *cloud_log], LEASE_SECONDS, pauses)
     outcome.changes_judged, outcome.late_after_pause = lead.judged, lead.late_after_pause
     outcome.violations += lead.problems
     outcome.violations += checks.processes(starts)
     outcome.leaders = len(history.leaders())
     outcome.starts = len(starts)
     outcome.cloud_faults = run.replicas.cloud_faults()
+    if run.cloud is not None:
+        traffic = run.cloud.traffic
+        outcome.cloud_faults += run.cloud.applied
+        outcome.cloud_faults_acted = run.cloud.hits
+        outcome.exchanges_checked = traffic.checked
+        outcome.cloud_changes_judged = sum(1 for change in cloud_log if change["applied"])
+        outcome.violations += traffic.problems[:SHOWN_PROBLEMS]
+        if len(traffic.problems) > SHOWN_PROBLEMS:
+            outcome.violations.append(f"... and {len(traffic.problems) - SHOWN_PROBLEMS} more exchanges that break "
+                                      "Google's discovery documents")
+        outcome.violations += run.cloud.kubelet_failures()

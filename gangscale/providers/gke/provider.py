@@ -104,14 +104,17 @@ class GkeProvider:
         gp = self._pool(pool)
         if units < 1:
             raise ProviderError(ErrorClass.PERMANENT, "INVALID_ARGUMENT", f"asked for {units} units", pool=pool)
-        match gp.mode:
-            case "slice":
-                return await self.slices.obtain(gp, units, token, deadline)
-            case "flex-start":
-                return await self.flex.obtain(gp, units, token, deadline)
-            case "queued-provisioning":
-                return await self.queued.obtain(gp, units, token, deadline)
-        return await self.resize.obtain(gp, units, token, deadline)
+        try:
+            match gp.mode:
+                case "slice":
+                    return await self.slices.obtain(gp, units, token, deadline)
+                case "flex-start":
+                    return await self.flex.obtain(gp, units, token, deadline)
+                case "queued-provisioning":
+                    return await self.queued.obtain(gp, units, token, deadline)
+            return await self.resize.obtain(gp, units, token, deadline)
+        except GcpError as exc:  # a call no mode turned into an error class: its outcome is unknown
+            raise from_http(exc, gp.name, rolled_back=False) from exc
 
     async def lookup(self, token: str) -> Obtained | None:
         by_mode = {mode: [gp for gp in self.pools.values() if gp.mode == mode]
@@ -132,7 +135,10 @@ class GkeProvider:
         # One release of a pool at a time: each deletes what made its units once none of their units is left, which
         # releases of sibling units running side by side (scale-down removes units one by one) would each miss.
         async with self._releasing.setdefault(pool, asyncio.Lock()):
-            await self._release(gp, unit_ids, token)
+            try:
+                await self._release(gp, unit_ids, token)
+            except GcpError as exc:
+                raise from_http(exc, gp.name, rolled_back=False) from exc
 
     async def _release(self, gp: GkePool, unit_ids: Sequence[str], token: str) -> None:
         match gp.mode:
