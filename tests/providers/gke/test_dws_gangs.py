@@ -1,6 +1,7 @@
 """Dynamic Workload Scheduler capacity through the real controller: a gang placed on a queued-provisioning pool is
-provisioned only once GKE provisions gangscale's ``queued-provisioning.gke.io`` request for it, and a gang that spans
-such a pool and another stays all or nothing. The demo's cluster on a manual clock (``tests.providers.gke.cluster``):
+provisioned only once GKE provisions gangscale's ``queued-provisioning.gke.io`` request for it, a gang that spans
+such a pool and another stays all or nothing, and a gang on flex-start nodes is told when they end, and its booking
+ends then. The demo's cluster on a manual clock (``tests.providers.gke.cluster``):
 the embedded API server, the fake GKE (with its emulation of GKE's handling of that class), the gke provider and
 the controller."""
 
@@ -14,7 +15,7 @@ from gangscale.sim.driver import SimCluster
 from tests.builders import pod_template
 from tests.deploy import manifests as m
 from tests.providers.gke.cluster import event, fake, gke_cluster, ours, provisioned
-from tests.providers.gke.harness import DWS_POOLS_YAML, DWS_RUN, ZONE
+from tests.providers.gke.harness import DWS_POOLS_YAML, DWS_RUN, FLEX_RUN, ZONE
 
 NS = "default"
 L4 = "g2-standard-8"
@@ -31,11 +32,15 @@ async def template(sim: SimCluster, name: str, *, limits: dict[str, str], pool: 
     await sim.http.request("POST", PODTEMPLATES.path(NS), body=body)
 
 
-async def request(sim: SimCluster, name: str, *pod_sets: tuple[str, int]) -> None:
+async def request(sim: SimCluster, name: str, *pod_sets: tuple[str, int],
+                  parameters: dict[str, str] | None = None) -> None:
+    spec: dict[str, Any] = {"provisioningClassName": "atomic-scale-up.gangscale.io",
+                            "podSets": [{"podTemplateRef": {"name": t}, "count": n} for t, n in pod_sets]}
+    if parameters:
+        spec["parameters"] = parameters
     await sim.http.request("POST", PROVREQS.path(NS), body={
         "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest", "metadata": {"name": name},
-        "spec": {"provisioningClassName": "atomic-scale-up.gangscale.io",
-                 "podSets": [{"podTemplateRef": {"name": t}, "count": n} for t, n in pod_sets]}})
+        "spec": spec})
 
 
 async def queued_requests(sim: SimCluster) -> list[dict[str, Any]]:
@@ -115,3 +120,27 @@ async def test_a_gang_spanning_a_queued_pool_and_another_is_all_or_nothing(tmp_p
         assert sorted(writes) == sorted([("create", "podtemplates"), ("create", "provisioningrequests"),
                                          ("delete", "provisioningrequests"), ("delete", "podtemplates")]), writes
         assert await queued_requests(sim) == []  # gangscale's request for the queued half was withdrawn
+
+
+async def test_a_gang_on_flex_start_nodes_is_told_when_they_end_and_its_booking_ends_then(tmp_path: Path) -> None:
+    text = DWS_POOLS_YAML.replace(f"maxRunDurationSeconds: {FLEX_RUN}", "maxRunDurationSeconds: 600")
+    async with gke_cluster(tmp_path, text) as sim:
+        await template(sim, "flex-worker", limits={"nvidia.com/gpu": "1"}, pool="flex", tolerations=[GPU_TOLERATION])
+        start = sim.now
+        await request(sim, "short-run", ("flex-worker", 2), parameters={"bookingSeconds": "3600"})
+
+        await sim.run_until(start + 60)
+        status, reason, message = await provisioned(sim, "short-run")
+        assert (status, reason) == ("True", "CapacityIsProvisioned"), message
+        stamp = message.split("the cloud deletes them at ")[1].split(",")[0]
+        assert f"capacity booked until {stamp} or until every pod is scheduled" in message  # not the 1 h asked for
+        nodes = (await ours(sim))["nodes"]
+        assert len(nodes) == 2
+
+        await sim.run_until(start + 700)  # past the 10-minute run duration: Compute Engine deleted the VMs
+        pr = await sim.http.request("GET", PROVREQS.path(NS, "short-run"))
+        expired = next(c for c in pr["status"]["conditions"] if c["type"] == "BookingExpired")
+        assert (expired["status"], expired["reason"]) == ("True", "CapacityReservationTimeExpired")
+        assert "reached the end of their run duration" in expired["message"]
+        assert not any(c["type"] == "CapacityRevoked" for c in pr["status"]["conditions"])
+        assert not set(nodes) & set((await ours(sim))["nodes"])

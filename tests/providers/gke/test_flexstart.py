@@ -112,3 +112,20 @@ async def test_an_ordinary_node_pool_is_refused_for_flex_start_at_start(
             await c.drive(c.provider.start())
         assert (caught.value.code, caught.value.pool) == ("NOT_FLEX_START", "flex")
         assert "node pool l4 is not a flex-start node pool" in caught.value.message
+
+
+async def test_a_flex_start_obtain_costs_five_calls_and_one_read_per_vm_when_nothing_waits(
+        clock: ManualClock, apiserver: EmbeddedAPIServer, http: KubeHTTP) -> None:
+    """The calls docs/benchmarks.md counts for a flex-start scale-up of N VMs (with a zero-delay cloud): the list
+    of the group's requests (the sweep), the insert, its operation, the request (SUCCEEDED), the group's instances,
+    and each VM's metadata."""
+    async with cloud(clock, apiserver, http, text=DWS_POOLS_YAML) as c:
+        before = len(c.provider.calls)
+        await c.drive(c.provider.obtain("flex", 3, token=TOKEN, deadline=c.deadline()))
+        calls = [(method, url.split("/compute/v1/")[1].split("/")[4:][:1] + url.rsplit("/", 1)[-1:])
+                 for method, url in c.provider.calls[before:]]
+        assert [(method, path[0]) for method, path in calls] == [
+            ("GET", "instanceGroupManagers"), ("POST", "instanceGroupManagers"), ("GET", "operations"),
+            ("GET", "instanceGroupManagers"), ("POST", "instanceGroupManagers"), ("GET", "instances"),
+            ("GET", "instances"), ("GET", "instances")]
+        assert [path[-1] for _, path in calls][:2] == ["resizeRequests", "resizeRequests"]
