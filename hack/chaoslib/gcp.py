@@ -171,7 +171,7 @@ def set_timings(gcp: FakeGcp) -> None:
 async def gke_cloud(seed: int, workdir: Path, kubeconfig: Path) -> AsyncIterator[GkeCloud]:
     """The run's fake Google Cloud, serving and observed, until the block ends."""
     project = gke_project(seed)
-    text = gke_pool_file(project)
+    text = gke_pool_file(project, seed)
     http = await make_http(str(kubeconfig), user_agent=KUBELET_AGENT)
     gcp = FakeGcp(SystemClock(), http, project=project)
     set_timings(gcp)

@@ -57,6 +57,9 @@ GKE_CLUSTER = "chaos"
 GKE_MACHINES: dict[str, str] = {"tpu": "ct5lp-hightpu-4t", "gpu": "a3-highgpu-8g", "cpu": "e2-standard-16"}
 GKE_MODES: dict[str, str] = {"tpu": "mode: slice", "gpu": "mode: resize, nodePool: gpu",
                              "cpu": "mode: resize, nodePool: cpu"}
+#: Every other pair of gke runs grows the GPU pool as a flex-start pool instead (MIG resize requests with a run
+#: duration; its VMs named by Compute Engine and attributed by the resize request that made them).
+GKE_FLEX_GPU = "mode: flex-start, nodePool: gpu"
 GKE_POOL_FILE = """\
 nodePools:
   - name: tpu
@@ -294,10 +297,16 @@ def gke_project(seed: int) -> str:
     return f"chaos-{abs(seed)}"
 
 
-def gke_pool_file(project: str) -> str:
+def gke_modes(seed: int) -> dict[str, str]:
+    """Each pool's mode in the gke run of ``seed``: the GPU pool is a flex-start pool when ``seed // 2`` is odd (so
+    that ``--provider both``, whose gke seeds are the odd ones, alternates too)."""
+    return {**GKE_MODES, "gpu": GKE_FLEX_GPU} if (seed // 2) % 2 else dict(GKE_MODES)
+
+
+def gke_pool_file(project: str, seed: int = 0) -> str:
     gke = f"project: {project}, location: {GKE_REGION}, cluster: {GKE_CLUSTER}"
     return GKE_POOL_FILE.format(zone=GKE_ZONE, gke=gke, **{f"{p}_machine": m for p, m in GKE_MACHINES.items()},
-                                **{f"{p}_mode": m for p, m in GKE_MODES.items()},
+                                **{f"{p}_mode": m for p, m in gke_modes(seed).items()},
                                 **{f"{p}_max": spec[1] for p, spec in POOLS.items()})
 
 

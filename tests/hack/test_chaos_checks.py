@@ -207,6 +207,9 @@ def test_the_gke_pool_file_is_valid_and_names_the_runs_project() -> None:
     assert {p.provider["gke"]["project"] for p in pools.values()} == {"chaos-7001"}
     assert [(p.provider["gke"]["mode"], p.nodes_per_unit, p.max_units) for p in pools.values()] == [
         ("slice", 2, 3), ("resize", 1, 5), ("resize", 1, 5)]
+    flex = {p.name: p for p in parse_pool_yaml(gke_pool_file(gke_project(7003), 7003)).pools}
+    assert (flex["gpu"].provider["gke"]["mode"], flex["cpu"].provider["gke"]["mode"]) == ("flex-start", "resize")
+    assert [bool((seed // 2) % 2) for seed in (1, 3, 5, 7)] == [False, True, False, True]  # `both`: gke seeds odd
 
 
 async def test_cloud_faults_turn_the_fakes_knobs_and_all_are_undone_when_the_faults_stop(tmp_path: Path) -> None:
