@@ -89,6 +89,8 @@ class GkeProvider:
             self.slices.channels[gp.cluster_key] = str((cluster.get("releaseChannel") or {}).get("channel") or "")
             if gp.node_pool:
                 self.slices.templates[gp.name] = await checks.node_pool(self.http, gp)
+            if self.http.fence():
+                await self.slices.sweep(gp)
             return
         pool = await checks.node_pool(self.http, gp)
         group = checks.group_in_zone(gp, pool)

@@ -91,12 +91,13 @@ async def test_resize_mode_creates_the_named_vms_and_deletes_them(
 async def test_a_slice_costs_four_cloud_calls_when_nothing_waits(
         clock: ManualClock, apiserver: EmbeddedAPIServer, http: KubeHTTP) -> None:
     """Create the node pool, see its operation DONE, read the pool, list its VMs: the calls docs/benchmarks.md
-    counts per slice (with a zero-delay cloud)."""
+    counts per slice (with a zero-delay cloud), after one list of the cluster's node pools per obtain (the sweep of
+    node pools left in ERROR)."""
     async with cloud(clock, apiserver, http) as c:
         before = len(c.provider.calls)
         await c.drive(c.provider.obtain("tpu", 3, token=TOKEN, deadline=c.deadline()))
         calls = [(method, url.rsplit("/", 1)[-1].split("-")[0]) for method, url in c.provider.calls[before:]]
-        assert calls == [("POST", "nodePools"), ("GET", "operation"), ("GET", "gs")] * 3 + \
+        assert calls == [("GET", "nodePools")] + [("POST", "nodePools"), ("GET", "operation"), ("GET", "gs")] * 3 + \
             [("POST", "listManagedInstances")] * 3
 
 
