@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from gangscale.controller.reconcile import Release
 from gangscale.controller.record import OBTAINED, OBTAINING, Record
 from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL
@@ -931,3 +932,30 @@ async def test_a_failed_scale_up_is_told_in_a_warning_event(tmp_path: Path) -> N
         assert reasons[:2] == ["ScaleUp", "ScaleUpFailed"]
         assert "Provisioned" not in reasons
 
+
+
+async def test_the_nodes_of_a_scale_up_released_by_its_tokens_alone_are_no_free_room(tmp_path: Path) -> None:
+    """A release that knows a scale-up's tokens but not its node names (a restarted process releases a recorded
+    scale-up before its resumed obtain has said which nodes it has): until the units are gone another gang must not
+    be placed on their nodes (found by hack/chaos.py --provider gke, seed 9103: a gang was booked on a deleted
+    request's slice, then told CapacityRevoked when the release removed it). The release is started the way the
+    loop starts it for a request deleted before its scale-up was resumed."""
+    async with running_cluster(tmp_path) as cl:
+        await slice_template(cl)
+        await cl.provreq("old", ("slice", 2))
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("old", "Provisioned", "True", "CapacityIsProvisioned")
+        old = cl.ctl.states[f"{NS}/old"]
+        assert old.record is not None and len(await cl.nodes()) == 2
+        await delete_pr(cl, "old")  # booked, so its nodes stay: ordinary free nodes from now on
+        await wait_for(lambda: f"{NS}/old" not in cl.ctl.states)
+
+        cl.cloud.faults("tpu-a").call_latency = 5  # the release takes a while
+        cl.ctl._start_release(Release(old, old.record.steps, (), "its ProvisioningRequest was deleted"))
+        await slice_template(cl, "new-slice")
+        await cl.provreq("new", ("new-slice", 2))
+        await cl.advance(5)
+        await cl.advance(PROVISION_SECONDS)
+        await cl.wait_condition("new", "Provisioned", "True", "CapacityIsProvisioned")  # a slice of its own
+        assert await cl.condition("new", "CapacityRevoked") is None
+        assert [(r.token, r.nodes_deleted) for r in releases(cl)] == [(old.record.tokens[0], 2)]
