@@ -106,8 +106,10 @@ class DemandSource(Protocol):
         """What is written for the request (compared with what was last written to skip idle writes)."""
         ...
 
-    async def write(self, st: RequestState, body: JSON) -> None:
-        """Write ``body``; raises :class:`~gangscale.kube.errors.ApiError` (404/409: the object is gone)."""
+    async def write(self, st: RequestState, body: JSON) -> str:
+        """Write ``body``; the object's resourceVersion after it ("" if not known). Raises
+        :class:`~gangscale.kube.errors.ApiError` (404: the object is gone; 409: it changed since ``st.version``, or
+        it was replaced)."""
         ...
 
     async def delete(self, st: RequestState) -> None:

@@ -34,6 +34,8 @@ class Written:
     key: str
     body: str
     error: ApiError | None = None
+    #: The object's resourceVersion after the write ("" if not known).
+    version: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class ScaledUp:
     record: Record
     intent_body: str | None = None
     intent_error: ApiError | None = None
+    #: The object's resourceVersion after the intent was written ("" if not known or not written).
+    intent_version: str = ""
     obtained: Mapping[str, Obtained] | None = None
     failures: Sequence[ProviderError] = field(default_factory=tuple)
 
@@ -72,11 +76,11 @@ class Effects:
             return Written(st.key, key)
         self._fenced()
         try:
-            await source.write(st, body)
+            version = await source.write(st, body)
         except ApiError as exc:
             return Written(st.key, key, exc)
         await self.record(st.request.obj, events)
-        return Written(st.key, key)
+        return Written(st.key, key, version=version)
 
     async def record(self, obj: JSON, events: Sequence[Event]) -> None:
         if self.dry_run or not self.actuator.fence():
@@ -87,19 +91,21 @@ class Effects:
     async def scale_up(self, source: DemandSource, st: RequestState, record: Record, intent: tuple[JSON, str] | None,
                        events: Sequence[Event]) -> ScaledUp:
         """Record the intent (unless resuming one already recorded), then obtain every unit or none."""
+        version = ""
         if intent is not None:
             body, key = intent
             self._fenced()
             try:
-                await source.write(st, body)
+                version = await source.write(st, body)
             except ApiError as exc:
                 return ScaledUp(st.key, record, key, exc)
             await self.record(st.request.obj, events)
         try:
             got = await self.actuator.obtain_all(record.steps, record.deadline)
         except ScaleUpFailed as exc:
-            return ScaledUp(st.key, record, intent[1] if intent else None, failures=exc.failures)
-        return ScaledUp(st.key, record, intent[1] if intent else None, obtained=got)
+            return ScaledUp(st.key, record, intent[1] if intent else None, failures=exc.failures,
+                            intent_version=version)
+        return ScaledUp(st.key, record, intent[1] if intent else None, obtained=got, intent_version=version)
 
     async def release(self, key: str, steps: Sequence[Step], nodes: Sequence[str], why: str) -> Released:
         log.info("releasing the scale-up of %s: %s", key, why)

@@ -75,7 +75,7 @@ from gangscale.controller.snapshot import held, unit_count
 from gangscale.controller.tasks import Tasks
 from gangscale.controller.view import ClusterView
 from gangscale.controller.workqueue import WorkQueue
-from gangscale.controller.writer import StatusWriter
+from gangscale.controller.writer import WRITE_RETRY, StatusWriter
 from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, strip_managed_fields
 from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP
@@ -219,6 +219,7 @@ class Controller:
         st = self.states.get(key)
         if st is not None:
             st.request = request
+            st.version = request.version
             self.queue.mark(key)
 
     def forget(self, key: str, why: str) -> None:
@@ -585,12 +586,16 @@ class Controller:
                 self.forget(st.key, f"its {st.request.kind} is gone")
                 return
             # A conflict included: the watch, not a write's answer, says whether the object was replaced (the
-            # source then forgets this request); until then the request is planned again later.
+            # source then forgets this request); until then the request is planned again later. A conflict means
+            # the object changed since the version the decision saw: it is decided again as soon as the watch has
+            # brought the change, not after the retry backoff.
             log.warning("could not record the scale-up intent of %s: %s", st.key, result.intent_error)
             st.record = None  # the intent is not on the object: the provider was not called
-            st.retry_at = now + max(self.settings.retry_initial, result.intent_error.retry_after or 0.0)
+            wait = WRITE_RETRY if result.intent_error.status == 409 else self.settings.retry_initial
+            st.retry_at = now + max(wait, result.intent_error.retry_after or 0.0)
         else:
             if result.intent_body is not None:
+                st.version = result.intent_version or st.version
                 self.writer.observe_written(st, result.intent_body, now)
             ctx = Context(now, self.settings, self.pools, self.backoffs, self)
             if result.failures:

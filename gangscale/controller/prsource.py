@@ -295,8 +295,10 @@ class ProvReqSource:
     def status(self, st: RequestState) -> JSON:
         return status_body(st)
 
-    async def write(self, st: RequestState, body: JSON) -> None:
-        await apply_provreq_status(self.http, st.request.namespace, st.request.name, body, uid=st.request.uid)
+    async def write(self, st: RequestState, body: JSON) -> str:
+        written = await apply_provreq_status(self.http, st.request.namespace, st.request.name, body,
+                                             uid=st.request.uid, resource_version=st.version or None)
+        return str((written.get("metadata") or {}).get("resourceVersion") or "")
 
     async def delete(self, st: RequestState) -> None:
         await delete_provreq(self.http, st.request.namespace, st.request.name, st.request.uid)

@@ -410,14 +410,16 @@ class RaySource:
         gang = self.gangs.get(st.key)
         return annotation_body(st, gang) if gang is not None else {"annotation": None}
 
-    async def write(self, st: RequestState, body: JSON) -> None:
-        """Record (or remove) the gang's scale-up intent on its RayCluster."""
+    async def write(self, st: RequestState, body: JSON) -> str:
+        """Record (or remove) the gang's scale-up intent on its RayCluster (a merge patch of one annotation: no
+        version precondition, the RayCluster's other writers change it all the time)."""
         gang = self.gangs.get(st.key)
         if gang is None:
-            return
+            return ""
         patch = {"metadata": {"annotations": {gang.annotation: body["annotation"]}}}
         await self.http.request("PATCH", RAYCLUSTERS.path(st.request.namespace, st.request.name), body=patch,
                                 content_type=MERGE)
+        return ""
 
     async def delete(self, st: RequestState) -> None:
         return None

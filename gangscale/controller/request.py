@@ -115,6 +115,12 @@ class RequestState:
     task: str | None = None
     #: The source's object is gone: nothing is written any more; units still coming up are released.
     deleted: bool = False
+    #: The object's resourceVersion as last known (its watch, or the answer to gangscale's own write): a status write
+    #: is applied only to that version of the object, so it never lands on another object of the same name.
+    version: str = ""
+
+    def __post_init__(self) -> None:
+        self.version = self.version or self.request.version
 
     @property
     def key(self) -> str:

@@ -102,6 +102,7 @@ class StatusWriter:
             self.queue.requeue(st.key, self._retry_at[st.key])
             return
         self.drop(st.key)
+        st.version = result.version or st.version
         self.observe_written(st, result.body, self.clock.now())
         self.queue.mark(st.key)  # anything that came due or changed while the write ran is handled now
 

@@ -27,11 +27,18 @@ log = logging.getLogger(__name__)
 
 
 async def apply_provreq_status(http: KubeHTTP, namespace: str, name: str, status: JSON, *,
-                               uid: str | None = None) -> JSON:
-    """Apply ``status`` to the PR; ``uid`` makes the write fail (409) if the PR was deleted and recreated."""
+                               uid: str | None = None, resource_version: str | None = None) -> JSON:
+    """Apply ``status`` to the PR. ``resource_version`` makes the write fail (409 Conflict) unless the PR is still
+    the object of that version: the guard against writing an old request's status onto a new one created under its
+    name (Kueue deletes a request on eviction and creates the next attempt's under the same name at once). The
+    ``uid`` is sent too but guards nothing on ``/status``: kube-apiserver's status strategy for custom resources
+    copies the stored metadata over the new object's, after checking only that the resourceVersions match
+    (``customresource`` ``statusStrategy.PrepareForUpdate``)."""
     metadata: JSON = {"name": name, "namespace": namespace}
     if uid:
         metadata["uid"] = uid
+    if resource_version:
+        metadata["resourceVersion"] = resource_version
     body = {"apiVersion": PROVREQS.api_version, "kind": "ProvisioningRequest", "metadata": metadata,
             "status": status}
     return await http.request("PATCH", PROVREQS.path(namespace, name, "status"),

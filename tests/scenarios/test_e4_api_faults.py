@@ -220,9 +220,13 @@ async def another_manager_writes_concurrently(cl: Cluster) -> None:
                        condition(OTHER_CONDITION, "True", "Audited", "kept")],
         "provisioningClassDetails": {"cluster-autoscaler.kubernetes.io/note": "kept"}})
     cl.server.release_held(serve=True)
-    await cl.advance_stepwise(PROVISION_SECONDS)
+    await cl.advance_stepwise(PROVISION_SECONDS + 2)  # decided again a moment later (below), then provisioned
     await cl.wait_condition("shared", "Provisioned", "True", "CapacityIsProvisioned")
-    assert {r.status for r in status_writes(cl)} == {200}  # force: no 409 for gangscale
+    # The held write was made for the version before the other manager's: it is answered 409 (gangscale applies to
+    # the version it knows, so that a write never lands on another object of the same name) and made again on the
+    # new version, where force takes over the condition types gangscale owns.
+    statuses = [r.status for r in status_writes(cl)]
+    assert statuses[0] == 409 and set(statuses[1:]) == {200}
     pr = await cl.get_pr("shared")
     assert pr is not None
     ours, theirs = managed(pr, "gangscale"), managed(pr, "cluster-autoscaler")
@@ -249,6 +253,28 @@ async def conflict_on_the_same_object(cl: Cluster) -> None:
     assert releases(cl) == [] and len(cl.obtains()) == 1 and len(await cl.ready_nodes()) == 2
 
 
+async def replaced_while_the_write_is_on_its_way(cl: Cluster) -> None:
+    """The write that records the scale-up intent is held while the PR is deleted and created again under its name
+    (what Kueue does on an eviction: the next attempt's request gets the same name at once): the old request's
+    intent is answered 409 and never lands on the new object, which gets a scale-up of its own."""
+    cl.server.inject(status_fault(hold=True))
+    await cl.provreq("reused", ("gpu8", 1))
+    await wait_for(lambda: cl.server.faults.held)
+    old = await cl.get_pr("reused")
+    assert old is not None
+    await cl.http.request("DELETE", PROVREQS.path(NS, "reused"))
+    await cl.provreq("reused", ("gpu8", 1))
+    new = await cl.get_pr("reused")
+    assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
+    cl.server.release_held(serve=True)
+    await cl.advance_stepwise(PROVISION_SECONDS + 2)
+    await cl.wait_condition("reused", "Provisioned", "True", "CapacityIsProvisioned")
+    assert status_writes(cl)[0].status == 409  # the old request's intent, on the new object's version
+    intent = await record(cl, "reused")
+    assert intent is not None and all(token.startswith(new["metadata"]["uid"]) for token in intent.tokens)
+    assert [call.token[:36] for call in cl.obtains()] == [new["metadata"]["uid"]]  # the old one never obtained
+
+
 async def throttled_with_retry_after(cl: Cluster) -> None:
     """The status write is answered 429 with ``Retry-After: 3``: the next attempt comes 3 s later, not sooner
     (gangscale's own first retry would be after 1 s)."""
@@ -267,6 +293,7 @@ async def throttled_with_retry_after(cl: Cluster) -> None:
     pytest.param(another_manager_writes_concurrently, id="another-manager-writes-concurrently"),
     pytest.param(conflict_on_the_same_object, id="409-same-object"),
     pytest.param(throttled_with_retry_after, id="429-retry-after-3"),
+    pytest.param(replaced_while_the_write_is_on_its_way, id="replaced-under-its-name"),
 ])
 async def test_e4_07_api_conflict_and_throttling(tmp_path: Path,
                                                  case: Callable[[Cluster], Awaitable[None]]) -> None:
@@ -282,9 +309,12 @@ async def test_e4_07_api_conflict_and_throttling(tmp_path: Path,
       and its two detail keys; the other manager's condition and key are untouched and still its own.
     - *conflicts are retried with fresh state* (``409-same-object``): the write that records the obtained
       units is answered 409; it is tried again from the controller's current state and lands, and the scale-up
-      in progress goes on to ``Provisioned`` with nothing released. Deliberate difference from the anchor's
-      premise: gangscale applies with ``force`` (README, "Conditions gangscale writes"), so another manager's
-      concurrent write never makes its write fail — the first case shows the server answering 200 to it.
+      in progress goes on to ``Provisioned`` with nothing released. gangscale applies with ``force`` (README,
+      "Conditions gangscale writes") and to the resourceVersion it knows: another manager's concurrent write makes
+      gangscale's write that was on its way fail once (409), and it is made again on the new version.
+    - *a write never lands on another object of the same name* (``replaced-under-its-name``): the PR is deleted
+      and created again while gangscale's intent write is on its way; the resourceVersion precondition answers
+      409, the new PR gets its own scale-up, and the old one never reaches the provider.
     - *``Retry-After`` is honoured* (``429-retry-after-3``): the retry of a throttled status write waits the 3 s
       the server asked for. Watches and lists honour it too (``tests/kube/test_reflector.py``), and so do the
       provider calls' retries (``controller/actuator.py``).
@@ -294,12 +324,12 @@ async def test_e4_07_api_conflict_and_throttling(tmp_path: Path,
     released), and a failed status write was retried after gangscale's own backoff (1 s) whatever
     ``Retry-After`` said.
 
-    Not proven, a gap (reported): gangscale sends the PR's uid with each status apply expecting a 409 when the
-    PR was deleted and re-created under its name (``kube/writes.py``), but neither the embedded server nor, by
-    its code, kube-apiserver treats that uid as a precondition on a custom resource's ``/status`` (the status
-    strategy copies the stored metadata). A write for the old PR that is in flight when the PR is replaced
-    lands on the new one: its scale-up intent is adopted by the new PR while the old request's units are
-    released, and the new PR waits for ``max_node_provision_time`` before it is re-planned.
+    Found here and fixed (issue 24): gangscale sent the PR's uid with each status apply expecting a 409 when the
+    PR was deleted and re-created under its name, but kube-apiserver does not treat a uid as a precondition on a
+    custom resource's ``/status`` (its status strategy copies the stored metadata over the new object's, having
+    checked only the resourceVersion), nor does the embedded server: a write for the old PR in flight when the PR
+    was replaced landed on the new one. Writes now carry the resourceVersion gangscale knows
+    (``kube/writes.py``).
     """
     async with running_cluster(tmp_path, pool_yaml=GPU_POOL) as cl:
         await gpu_template(cl)
