@@ -45,6 +45,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol, overload
 
 from gangscale.clock import Clock, SystemClock, wait_event
+from gangscale.controller import conditions as C
 from gangscale.controller.actuator import Actuator, NotLeader, always
 from gangscale.controller.backoffs import PoolBackoffs
 from gangscale.controller.batching import Batching
@@ -60,6 +61,7 @@ from gangscale.controller.reconcile import (
     Context,
     Failure,
     Release,
+    carried_over,
     decided,
     obtained,
     reconcile,
@@ -159,6 +161,9 @@ class Controller:
         self.synced = False
         #: Nodes of scale-ups being rolled back.
         self.leaving: set[str] = set()
+        #: Gang -> (its misses so far, when it may be decided again), left by a request that failed for lack of
+        #: capacity, for the gang's next request (``_continue_gang``).
+        self._gang_misses: dict[str, tuple[int, float]] = {}
         #: Requests whose abandoned scale-up is being released (the number of releases in flight): not planned.
         self._releasing_for: dict[str, int] = {}
         #: Claims (``provider.claim``) of the tokens whose provider calls are running.
@@ -210,10 +215,25 @@ class Controller:
         old = self.states.get(st.key)
         if old is not None:
             self.forget(st.key, "replaced by a new object of the same name")
+        self._continue_gang(st)
         self.states[st.key] = st
         self._by_source.setdefault(st.request.source, {})[st.key] = st
         self.index.index(st)
         self.queue.mark(st.key)
+
+    def _continue_gang(self, st: RequestState) -> None:
+        """A gang's next request after one that failed for lack of capacity waits out gangscale's backoff for the
+        gang (``reconcile.carried_over``), however soon Kueue made it."""
+        now = self.clock.now()
+        self._gang_misses = {gang: (n, at) for gang, (n, at) in self._gang_misses.items() if at > now}
+        misses = self._gang_misses.pop(st.request.gang, None) if st.request.gang else None
+        if misses is None or st.conditions or st.record is not None:
+            return
+        st.retries, st.retry_at = misses
+        st.set(C.PROVISIONED, False, C.R_NOT_FOUND, f"the last request of this gang found no capacity ({st.retries} "
+               f"miss(es)); next attempt at {rfc3339(st.retry_at)}", rfc3339(now))
+        log.info("%s: the last request of its gang failed for lack of capacity; decided at %s (gangscale's backoff "
+                 "after %d miss(es))", st.key, rfc3339(st.retry_at), st.retries, extra={"pr": st.key})
 
     def update(self, key: str, request: Request) -> None:
         st = self.states.get(key)
@@ -230,6 +250,8 @@ class Controller:
             return
         self._by_source.get(st.request.source, {}).pop(key, None)
         st.deleted = True
+        if st.request.gang and (misses := carried_over(st, self.clock.now(), self.settings)) is not None:
+            self._gang_misses[st.request.gang] = misses
         self.sources[st.request.source].forgotten(key)
         self.queue.forget(key)
         self.batching.forget(key)

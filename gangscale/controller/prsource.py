@@ -71,7 +71,8 @@ def request_of(pr: ProvReq) -> Request:
         generation=pr.generation, version=pr.resource_version, pods=pr.pods,
         may_scale=pr.class_name not in CHECK_CAPACITY_CLASSES, booking_ttl=booking_seconds(pr),
         provisioned_when_requested=pr.parameters.get(PROVISIONED_WHEN, "").lower() == "requested",
-        no_retry=pr.flag(NO_RETRY), deletable=True)
+        no_retry=pr.flag(NO_RETRY), deletable=True,
+        gang=f"{pr.namespace}/Workload/{owner}" if (owner := pr.workload_owner_uid()) else "")
 
 
 class ProvReqSource:

@@ -88,6 +88,24 @@ def duration(seconds: float) -> str:
     return f"{seconds}s"
 
 
+def retry_delay(retries: int, settings: Settings) -> float:
+    """How long a gang waits after its ``retries``-th miss before it is decided again: doubling from
+    ``--retry-initial`` up to ``--retry-max``."""
+    return float(min(settings.retry_initial * 2 ** (max(1, retries) - 1), settings.retry_max))
+
+
+def carried_over(st: RequestState, now: float, settings: Settings) -> tuple[int, float] | None:
+    """A request that ends ``Failed`` for lack of capacity: its gang's misses so far and when the gang may be decided
+    again (None for any other end). Kueue makes the gang's next request at once when the check's backoff is
+    measured from an old time (its ``SetAdmissionCheckState`` keeps the check's transition time), so gangscale
+    spaces the attempts itself, as it does for a request that is not ``noRetry``."""
+    failed = st.conditions.get(C.FAILED)
+    if failed is None or not failed.true or failed.reason != C.R_NOT_FOUND:
+        return None
+    misses = st.retries + 1
+    return misses, now + retry_delay(misses, settings)
+
+
 def booking_ttl(st: RequestState, settings: Settings) -> float:
     ttl = st.request.booking_ttl
     return ttl if ttl is not None and ttl >= 0 else settings.booking_ttl
@@ -276,8 +294,7 @@ def decided(st: RequestState, decision: Decision, ctx: Context, acts: Actions) -
                 st.event(WARNING, "CapacityNotFound", message)
                 return
             st.retries += 1
-            delay = min(settings.retry_initial * 2 ** (st.retries - 1), settings.retry_max)
-            st.retry_at = now + delay
+            st.retry_at = now + retry_delay(st.retries, settings)
             st.set(C.PROVISIONED, False, C.R_NOT_FOUND, f"{message}. Next attempt at {rfc3339(st.retry_at)}", stamp)
             if st.retries == 1:
                 st.event(WARNING, "CapacityNotFound", message)

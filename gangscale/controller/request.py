@@ -76,6 +76,9 @@ class Request:
     forget_when_done: bool = False
     #: Put in front of every Event message about it (a Ray gang says which gang of its cluster).
     event_prefix: str = ""
+    #: The gang the request is one attempt of, across requests ("" if unknown): a ProvisioningRequest of a Kueue
+    #: Workload is one attempt of that Workload's gang, and Kueue makes the next attempt's request after a failure.
+    gang: str = ""
 
     @property
     def kind(self) -> str:

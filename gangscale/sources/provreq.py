@@ -90,6 +90,13 @@ class ProvReq:
     def flag(self, name: str) -> bool:
         return str(self.parameters.get(name, "")).strip().lower() == "true"
 
+    def workload_owner_uid(self) -> str | None:
+        """The uid of the controlling Workload, if any."""
+        for ref in (self.obj.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") == WORKLOAD_KIND and str(ref.get("apiVersion", "")).startswith("kueue.x-k8s.io/"):
+                return str(ref.get("uid", "")) or None
+        return None
+
     def workload_owner(self) -> str | None:
         """The name of the controlling Workload (Kueue creates PRs with one), if any."""
         for ref in (self.obj.get("metadata") or {}).get("ownerReferences") or []:

@@ -16,11 +16,13 @@ from gangscale.controller.reconcile import (
     Context,
     Release,
     booked,
+    carried_over,
     deadline,
     decided,
     obtained,
     provisioning,
     reconcile,
+    retry_delay,
 )
 from gangscale.controller.record import OBTAINED, OBTAINING, Record, Step, parse_detail, step_token
 from gangscale.controller.request import Phase, Request, RequestState, phase
@@ -446,3 +448,24 @@ def test_the_transition_time_moves_only_with_the_status() -> None:
     conds = {C.ACCEPTED: C.Condition(C.ACCEPTED, "True", "X", "x")}  # read without a time: it gets one
     assert C.with_condition(conds, C.Condition(C.ACCEPTED, "True", "Y", "y"), "t5") is True
     assert conds[C.ACCEPTED].last_transition == "t5"
+
+
+@pytest.mark.parametrize(("conds", "retries", "want"), [
+    (((C.FAILED, True, C.R_NOT_FOUND),), 0, (1, NOW + 60)),
+    (((C.FAILED, True, C.R_NOT_FOUND),), 2, (3, NOW + 240)),
+    (((C.FAILED, True, C.R_NOT_FOUND),), 9, (10, NOW + 600)),
+    (((C.FAILED, True, C.R_EXPIRED),), 0, None),
+    (((C.FAILED, True, C.R_FAILED_TO_CREATE_PODS),), 0, None),
+    (((C.PROVISIONED, False, C.R_NOT_FOUND),), 1, None),
+    (((C.BOOKING_EXPIRED, True, C.R_BOOKING_TIME_EXPIRED),), 0, None),
+], ids=["first-miss", "third-miss", "capped", "expired", "no-pods", "not-failed", "booking-expired"])
+def test_a_gang_whose_request_failed_for_capacity_carries_its_misses_to_its_next_request(
+        conds: tuple[tuple[str, bool, str], ...], retries: int, want: tuple[int, float] | None) -> None:
+    """Kueue makes a gang's next request at once after a failure when it measures its backoff from an old time;
+    gangscale then decides that request no sooner than its own backoff for the gang (retry 60 s doubling to 600 s)."""
+    st = state()
+    st.retries = retries
+    for ctype, status, reason in conds:
+        st.set(ctype, status, reason, "m", rfc3339(NOW))
+    assert carried_over(st, NOW, SETTINGS) == want
+    assert [retry_delay(n, SETTINGS) for n in (0, 1, 2, 5)] == [60.0, 60.0, 120.0, 600.0]
