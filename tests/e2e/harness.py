@@ -306,8 +306,10 @@ class E2E:
         listed = await self.sim.http.request("GET", EVENTS.path(NS))
         items = [e for e in listed.get("items") or [] if e.get("reason") == reason
                  and (involved is None or (e.get("involvedObject") or {}).get("name") == involved)]
-        items.sort(key=lambda e: (str(e.get("lastTimestamp") or ""), str((e.get("metadata") or {})
-                                                                           .get("resourceVersion") or "")))
+        # Events written through events.k8s.io/v1 (Kueue's) have an eventTime and no lastTimestamp: the write order
+        # (resourceVersion, a number on the embedded server) orders them, and breaks ties of the others.
+        items.sort(key=lambda e: (str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+                                  int((e.get("metadata") or {}).get("resourceVersion") or 0)))
         return [str(e.get("message", "")) for e in items for _ in range(int(e.get("count") or 1))]
 
     async def ready(self, wl: str = "wl") -> bool:

@@ -10,6 +10,7 @@ import pytest
 
 from gangscale.controller.settings import Settings
 from gangscale.kube.resources import NODES, WORKLOADS
+from gangscale.timefmt import parse_rfc3339, rfc3339
 from tests.e2e.harness import (
     CHECK_NAME,
     E2E,
@@ -38,46 +39,53 @@ def _updated(old: str, new: str, message: str) -> str:
 
 
 async def test_s29_failed_is_retried_with_a_new_attempt(tmp_path: Path) -> None:
-    """``Failed=True`` on attempt 1 (limit 3): ``Retry`` → the Workload is evicted (``AdmissionCheck``) → the check
-    is reset to ``Pending`` with ``retryCount: 1`` → request 1 is deleted → after the backoff the Workload is
-    re-reserved and request ``<wl>-<check>-2`` exists → gangscale provisions it → ``Ready``.
+    """``Failed=True`` on attempt 1 (limit 3): ``Retry`` → Kueue v0.19.2 keeps the Workload's quota and request 1
+    until ``requeueState.requeueAt`` (= the check's last reset, here the reservation, + 60 s: Kueue does not move the
+    check's transition time on Retry) → then, in one instant, the Workload is evicted (``AdmissionCheck``), request
+    1 deleted, the check reset to ``Pending`` with ``retryCount: 1``, the quota reserved again and request
+    ``<wl>-<check>-2`` created → gangscale provisions it → ``Ready``.
 
     gangscale fails attempt 1 for real: the pool is out of stock and the request says ``noRetry`` (Workload
-    annotation). The stock is back before the requeue; gangscale's pool backoff (30 s here) is over by then."""
+    annotation). gangscale decides attempt 2 no sooner than its own backoff for the gang after the failure
+    (``--retry-initial``, 60 s by default); the stock is back by then, and its pool backoff (30 s here) is over."""
     settings = Settings(batch_idle=0.0, batch_max=0.0, pool_backoff_initial=30.0)
     async with cluster(tmp_path, settings=settings, stock={"gpu": 0}) as e:
         await e.setup(config=prc(limit=3, base=60))
         await e.create(WORKLOADS, workload("wl", [pod_set("workers", 2)],
                                            annotations={f"{PARAM_PREFIX}noRetry": "true"}))
         start = e.now
-        await e.until(e.evicted, within=60, what="evicted after the first failure")
+        await e.until(lambda: _retry(e), within=30, what="Retry")
 
-        # Request 1 is gone by now; gangscale's event on it carries its Failed message.
         [failure] = await e.events("CapacityNotFound", "wl-prov-1")
+        failed_at = e.now
         message = f"Retrying after failure: {failure}"
         assert await e.events("AdmissionCheckUpdated", "wl") == [_updated("Pending", "Retry", message)]
         wl = await e.workload()
-        evicted = conditions(wl)["Evicted"]
-        assert (evicted["status"], evicted["reason"]) == ("True", "AdmissionCheck")
-        assert evicted["message"] == f'Evicted due to AdmissionCheck in Retry state: "{CHECK_NAME}" ({message})'
-        assert not is_true(wl, "QuotaReserved")
-        entry = await e.check()
-        assert entry is not None
-        assert (entry["state"], entry["message"], entry.get("retryCount"), entry.get("requeueAfterSeconds")) == (
-            "Pending", RESET_RETRY, 1, 60)
-        assert await e.requests() == []
-        assert await e.templates() == []
+        assert is_true(wl, "QuotaReserved") and not is_true(wl, "Evicted")  # the quota is held through the backoff
+        reserved = conditions(wl)["QuotaReserved"]["lastTransitionTime"]
+        assert wl["status"]["requeueState"] == {"requeueAt": _plus(reserved, 60)}
+        assert [name_of(pr) for pr in await e.requests()] == ["wl-prov-1"]  # kept until requeueAt
 
         e.provider.set_stock("gpu", None)
         await e.until(e.admitted, within=300, what="attempt 2 Ready")
-        assert e.now >= start + 60  # not before the backoff Kueue asked for
+        assert e.now >= max(start + 60, failed_at + 60)  # Kueue's requeueAt, then gangscale's backoff for the gang
+        [evicted] = await e.events("EvictedDueToAdmissionCheck", "wl")
+        assert evicted == f'Evicted due to AdmissionCheck in Retry state: "{CHECK_NAME}" ({message})'
         [pr] = await e.requests()
         assert name_of(pr) == "wl-prov-2"
         assert conditions(pr)["Provisioned"]["status"] == "True"
         entry = await e.check()
         assert entry is not None
-        assert entry.get("retryCount") == 1
+        assert (entry.get("retryCount"), entry.get("requeueAfterSeconds")) == (1, 60)
         assert e.check_history() == ["Retry", "Ready"]
+
+
+async def _retry(e: E2E) -> bool:
+    return await e.check_state() == "Retry"
+
+
+def _plus(stamp: str, seconds: float) -> str:
+    return rfc3339((parse_rfc3339(stamp) or 0.0) + seconds)
 
 
 @pytest.mark.parametrize("how", ["config-parameter", "annotation"])
@@ -130,21 +138,24 @@ async def test_s31_booking_expired_before_admission_retries_then_rejects(tmp_pat
         assert not is_true(await e.workload(), "Admitted")
         ready_at = e.now
 
-        await e.until(e.evicted, within=300, what="evicted after the booking expired")
+        async def attempt_2() -> bool:
+            return [name_of(pr) for pr in await e.requests()] == ["wl-prov-2"]
+
+        # The booking expires 120 s after Ready, more than the 60 s backoff after the check's last reset (its
+        # transition time, which Kueue does not move on Ready or Retry): Kueue evicts, deletes request 1, reserves
+        # again and makes request 2 in the same instant.
+        await e.until(attempt_2, within=300, what="attempt 2 made after the booking expired")
         assert e.now >= ready_at + 120
         expired = "Capacity reservation time is expired"
         retry = f"Retrying after booking expired: {expired}"
         updates = await e.events("AdmissionCheckUpdated", "wl")
-        assert updates[-1] == _updated("Ready", "Retry", retry)
-        evicted = conditions(await e.workload())["Evicted"]
-        assert (evicted["reason"], evicted["message"]) == (
-            "AdmissionCheck", f'Evicted due to AdmissionCheck in Retry state: "{CHECK_NAME}" ({retry})')
+        assert _updated("Ready", "Retry", retry) in updates
+        assert await e.events("EvictedDueToAdmissionCheck", "wl") == [
+            f'Evicted due to AdmissionCheck in Retry state: "{CHECK_NAME}" ({retry})']
         entry = await e.check()
-        assert entry is not None
-        assert (entry["state"], entry.get("retryCount")) == ("Pending", 1)
+        assert entry is not None and entry.get("retryCount") == 1
 
         await e.until(e.ready, within=300, what="attempt 2 Ready")
-        assert [name_of(pr) for pr in await e.requests()] == ["wl-prov-2"]
         await e.until(e.deactivated, within=300, what="deactivated after attempt 2 expired")
         updates = await e.events("AdmissionCheckUpdated", "wl")
         assert updates[-1] == _updated("Ready", "Rejected", expired)

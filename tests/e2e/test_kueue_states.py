@@ -11,6 +11,7 @@ import pytest
 from gangscale.kube.resources import PROVREQS, WORKLOADS
 from tests.e2e.harness import (
     ATOMIC,
+    CHECK_NAME,
     CLASS_ANNOTATION,
     CONSUME,
     FOREIGN_CLASS,
@@ -119,15 +120,18 @@ async def test_s33_failed_wins_over_provisioned(tmp_path: Path) -> None:
         await e.settle()
 
         updates = await e.events("AdmissionCheckUpdated", "wl")
-        assert updates == ["Admission check prov updated state from Pending to Retry with message: "
-                           "Retrying after failure: the cloud took it back"]
+        retry = "Retrying after failure: the cloud took it back"
+        assert updates == [f"Admission check prov updated state from Pending to Retry with message: {retry}"]
         wl = await e.workload()
-        evicted = conditions(wl)["Evicted"]
-        assert (evicted["status"], evicted["reason"]) == ("True", "AdmissionCheck")
-        assert not is_true(wl, "Admitted")
+        assert not is_true(wl, "Admitted") and is_true(wl, "QuotaReserved")  # Kueue v0.19.2 holds it until requeueAt
+        assert wl["status"].get("requeueState", {}).get("requeueAt")
+
+        await e.advance(60)  # the backoff, from the check's last reset (the reservation)
+        assert await e.events("EvictedDueToAdmissionCheck", "wl") == [
+            f'Evicted due to AdmissionCheck in Retry state: "{CHECK_NAME}" ({retry})']
         entry = await e.check()
-        assert entry is not None
-        assert (entry["state"], entry.get("retryCount")) == ("Pending", 1)
+        assert entry is not None and entry.get("retryCount") == 1
+        assert not is_true(await e.workload(), "Admitted")
 
 
 async def test_s36_ready_request_deleted_is_not_recreated(tmp_path: Path) -> None:

@@ -4,12 +4,14 @@ RayCluster between its creation and its last pod's exit, apart from Kueue's queu
 :class:`JobEmulator` (component ``jobs``) plays four parts, each in its own module:
 
 - ``framework``: Kueue's job framework. A job labelled ``kueue.x-k8s.io/queue-name`` is suspended until its
-  Workload is admitted; its Workload (upstream name, pod sets per kind, priority from the
-  WorkloadPriorityClass, ``provreq.kueue.x-k8s.io/`` annotations) is created for it; admission merges the
-  flavors' node labels and tolerations and the admission checks' ``podSetUpdates`` into the pod templates
-  and unsuspends; eviction, loss of admission or deactivation suspends the job and restores its templates
-  from the Workload's copy; a finished job gets ``Finished=True`` on its Workload (SSA on ``/status``, field
-  manager ``kueue-job-controller``).
+  Workload is admitted; its Workload (upstream name, pod sets per kind with their ``topologyRequest``,
+  priority from the WorkloadPriorityClass, ``provreq.kueue.x-k8s.io/`` annotations, the
+  ``kueue.x-k8s.io/resource-in-use`` finalizer) is created for it, and carries ``PodsReady`` from then on;
+  admission merges the Workload/pod-set/queue marks, the flavors' node labels and tolerations and the
+  admission checks' ``podSetUpdates`` into the pod templates and unsuspends; eviction, loss of admission or
+  deactivation suspends the job and restores its templates from the Workload's copy; a finished job gets
+  ``Finished=True`` on its Workload (SSA on ``/status``, field manager ``kueue-job-controller``), and a
+  finished or deleted Workload loses the finalizer.
 - ``controllers`` / ``raycontrollers``: the batch Job controller (pods), the JobSet controller (child Jobs),
   KubeRay (RayCluster pods; a RayJob's RayCluster), with upstream names, labels and controller owners;
   suspension deletes what they created. Random name suffixes come from a seeded ``random.Random``, so runs
@@ -24,8 +26,8 @@ RayCluster between its creation and its last pod's exit, apart from Kueue's queu
 Timeline entries: ``POD_STARTED`` (pod, node, accelerators), ``RUNNING`` (the whole gang runs), ``FINISHED``.
 
 Simplified versus the real system (each module says more): no container restarts, pod failures, retries or
-``backoffLimit``; no PodsReady, no elastic jobs (workload slices), no partial admission, no prebuilt
-Workloads, no Workload finalizers; a RayJob's submission (submitter Job, HTTP) is not modelled beyond the
+``backoffLimit``; no PodsReady timeout eviction, no elastic jobs (workload slices), no partial admission, no
+prebuilt Workloads; a RayJob's submission (submitter Job, HTTP) is not modelled beyond the
 duration, though its ``submitter`` pod set is in the Workload as upstream; the run clock is kept in memory
 (an emulator restarted mid-run starts running gangs' clocks again); Kueue's job webhooks are applied by the
 reconciler instead (a job created unsuspended is suspended before any pod exists, not at admission time).

@@ -36,12 +36,13 @@ from gangscale.sim.jobs.kinds import (
     is_suspended,
     key,
     meta,
+    pods_ready,
     status,
     true_condition,
     uid,
 )
 from gangscale.sim.jobs.snapshot import POD, Snapshot, load
-from gangscale.sim.world import FINISHED, POD_STARTED, RUNNING, Timeline
+from gangscale.sim.world import FINISHED, POD_STARTED, RUNNING, Timeline, owner_of
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -171,16 +172,59 @@ class JobEmulator:
         async def one(kind: str, obj: JSON) -> bool:
             return await self._reconcile(KINDS[kind], obj, snap, now)
 
-        return await self._each(managed, one)
+        wrote = await self._each(managed, one)
+        return await self._each((("Workload", wl) for wl in self._orphans(snap)), self._release_orphan) or wrote
+
+    def _orphans(self, snap: Snapshot) -> list[JSON]:
+        """Workloads being deleted, holding Kueue's finalizer, whose job is gone or going: the job reconciler's
+        ``finalizeWorkloads`` (``workload.FinalizeOrphanedWorkload``) drops the finalizer."""
+        live = {uid(o) for k in KINDS for o in snap.jobs(k) if not ctl.is_deleting(o)}
+        out = []
+        for wl in snap.workloads:
+            ref = owner_of(wl)
+            if (meta(wl).get("deletionTimestamp") and fw.has_finalizer(wl) and ref is not None
+                    and ref.get("kind") in KINDS and str(ref.get("uid", "")) not in live):
+                out.append(wl)
+        return out
+
+    async def _release_orphan(self, _: str, wl: JSON) -> bool:
+        return await self._drop_finalizer(wl)
+
+    async def _drop_finalizer(self, wl: JSON) -> bool:
+        """``workload.RemoveFinalizer`` (an update guarded by the resourceVersion)."""
+        if not fw.has_finalizer(wl):
+            return False
+        kept = [f for f in meta(wl).get("finalizers") or [] if f != fw.RESOURCE_IN_USE]
+        new_meta = {k: v for k, v in meta(wl).items() if k != "finalizers"}
+        if kept:
+            new_meta["finalizers"] = kept
+        return await self._patch_object(WORKLOADS, wl, {**wl, "metadata": new_meta}, fw.FIELD_MANAGER)
+
+    def _pods_ready(self, info: KindInfo, job: JSON, snap: Snapshot) -> bool:
+        clusters = snap.owned(job, RAYCLUSTER.kind) if info.kind == RAYJOB.kind else []
+        return pods_ready(info.kind, job, clusters[0] if clusters else None)
 
     async def _reconcile(self, info: KindInfo, job: JSON, snap: Snapshot, now: float) -> bool:
         wl = snap.workload_of(job)
-        step = fw.decide(info.kind, job, wl)
+        step = fw.decide(info.kind, job, wl, self._pods_ready(info, job, snap))
         if step is fw.Step.NONE:
             return False
         if step is fw.Step.CREATE:
             return await self._create_workload(info, job, snap)
         assert wl is not None
+        if step is fw.Step.FINALIZE:
+            return await self._drop_finalizer(wl)
+        if step is fw.Step.RELEASE:
+            stopped = await self._patch_object(info.resource, job, fw.stopped(info, job, wl), fw.FIELD_MANAGER)
+            return await self._drop_finalizer(wl) or stopped
+        if step is fw.Step.PODS_READY:
+            wanted = fw.pods_ready_condition(wl, self._pods_ready(info, job, snap))
+            assert wanted is not None
+            ns, name = key(wl)
+            await self.http.request("PATCH", WORKLOADS.path(ns, name, "status"),
+                                    body=fw.pods_ready_patch(wl, wanted, now), content_type=APPLY,
+                                    query={"fieldManager": fw.PODS_READY_MANAGER, "force": "true"})
+            return True
         if step is fw.Step.FINISH:
             message, success = finished(info.kind, job) or ("", True)
             return await self._finish_workload(wl, message, success, now)

@@ -6,26 +6,36 @@ Reproduced from upstream:
 - Workload name ``<lowercased kind>-<job name>-<5 hex>``: the prefix cut to 247 characters, the suffix the
   first 5 hex digits of SHA-1 over ``Kind\\nGroup\\nname\\nuid`` (``GetWorkloadNameForOwnerWithGVK``).
 - Workload metadata: label ``kueue.x-k8s.io/job-uid``, the job's ``provreq.kueue.x-k8s.io/*`` annotations,
-  a controller ownerReference to the job; spec: ``queueName`` from the job's queue label, the kind's pod
-  sets, ``priority`` (the WorkloadPriorityClass ``value`` named by ``kueue.x-k8s.io/priority-class``, else 0)
-  and ``priorityClassRef``.
-- The reconciler's order: a finished Workload ends it; a finished job gets ``Finished=True`` (reason
-  ``Succeeded``/``Failed``, the job's own message); no Workload → suspend the job and create one; an evicted
-  Workload, or a running job whose Workload is not admitted, stops the job; a suspended job whose Workload
-  is admitted starts.
-- Start (``RunWithPodSetsInfo``): per pod set, the ResourceFlavor ``nodeLabels`` (as nodeSelector) and
-  ``tolerations`` of the flavors assigned in ``status.admission``, plus every admission check's
-  ``podSetUpdates`` for it (labels, annotations, nodeSelector, tolerations), merged into the template;
+  a controller ownerReference to the job, finalizer ``kueue.x-k8s.io/resource-in-use``
+  (``jobframework.NewWorkload``); spec: ``queueName`` from the job's queue label, the kind's pod sets (with
+  their ``topologyRequest``, :mod:`~gangscale.sim.jobs.kinds`), ``priority`` (the WorkloadPriorityClass
+  ``value`` named by ``kueue.x-k8s.io/priority-class``, else 0) and ``priorityClassRef``.
+- The reconciler's order (``ReconcileGenericJob``): a finished Workload ends it, once its finalizer is
+  removed; a Workload being deleted stops the job and loses the finalizer; a finished job gets
+  ``Finished=True`` (reason ``Succeeded``/``Failed``, the job's own message); no Workload → suspend the job and
+  create one; then the Workload's ``PodsReady`` condition (``generatePodsReadyCondition``: ``False/
+  WaitForStart`` until admitted and ready, ``True/Started`` or ``Recovered``, ``False/WaitForRecovery``;
+  manager ``kueue-job-controller-PodsReady``), written for every job because Kueue v0.19.2's configuration
+  defaults ``waitForPodsReady`` to present; an evicted Workload, or a running job whose Workload is not
+  admitted, stops the job; a suspended job whose Workload is admitted starts. Workloads being deleted whose job
+  is gone lose the finalizer too (``finalizeWorkloads``).
+- Start (``RunWithPodSetsInfo`` with ``getPodSetsInfoFromStatus``): per pod set, annotation
+  ``kueue.x-k8s.io/workload``, labels ``kueue.x-k8s.io/podset``, ``kueue.x-k8s.io/local-queue-name`` and
+  ``kueue.x-k8s.io/cluster-queue-name`` (when a DNS-1123 label), the ResourceFlavor ``nodeLabels`` (as
+  nodeSelector) and ``tolerations`` of the flavors assigned in ``status.admission``, plus every admission
+  check's ``podSetUpdates`` for it (labels, annotations, nodeSelector, tolerations), merged into the template;
   a key set twice to different values is a permanent error and the Workload finishes with reason
   ``FailedToStart``. Stop (``RestorePodSetsInfo``): labels, annotations, nodeSelector, tolerations and
   schedulingGates go back to the Workload's copy of the template (which is how the originals survive a
   restart); a Job keeps the Job controller's own labels.
 
-Simplified: no ``kueue.x-k8s.io/resource-in-use`` finalizer on Workloads; a job changed after its Workload
-was created keeps the old Workload (no equivalence check, no re-creation); only WorkloadPriorityClass
-priorities (a pod ``priorityClassName`` does not set the Workload priority); no partial admission, no
-prebuilt Workloads, no elastic jobs, no PodsReady; ``FailedToStart`` messages are close to, not exactly,
-upstream's.
+Simplified: a job changed after its Workload was created keeps the old Workload (no equivalence check, no
+re-creation); only WorkloadPriorityClass priorities (a pod ``priorityClassName`` does not set the Workload
+priority); no partial admission, no prebuilt Workloads, no elastic jobs; the PodsReady timeout eviction is the
+workload controller's and is not emulated (``reconcileNotReadyTimeout``, 30 minutes by default); the Workload of
+a deleted job is not first marked ``Finished=True/OwnerNotFound`` (``FinishOrphanedWorkloads``) before its
+finalizer goes, as the garbage collector deletes it anyway; ``FailedToStart`` messages are close to, not
+exactly, upstream's.
 """
 
 from __future__ import annotations
@@ -64,6 +74,16 @@ from gangscale.timefmt import rfc3339
 JSON = dict[str, Any]
 
 FIELD_MANAGER = "kueue-job-controller"
+#: Field manager of the PodsReady condition (``workload.SetConditionAndUpdate``: ``<JobControllerName>-<type>``).
+PODS_READY_MANAGER = "kueue-job-controller-PodsReady"
+#: Kueue's finalizer on the Workloads its job framework creates (``jobframework.NewWorkload``).
+RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
+#: What starting a job puts on its pod templates (``getPodSetsInfoFromStatus``; ``pkg/constants``).
+WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
+CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 HASH_LENGTH = 5
 MAX_NAME = 253
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -96,9 +116,11 @@ def build_workload(info: KindInfo, job: JSON, priority: int) -> JSON:
         wl_meta["labels"] = labels
     if annotations:
         wl_meta["annotations"] = annotations
+    wl_meta["finalizers"] = [RESOURCE_IN_USE]
     wl_spec: JSON = {
         "queueName": queue_name(job),
-        "podSets": [{"name": ps.name, "count": ps.count, "template": ps.template}
+        "podSets": [{"name": ps.name, "count": ps.count, "template": ps.template,
+                     **({"topologyRequest": dict(ps.topology)} if ps.topology else {})}
                     for ps in pod_sets(info.kind, job)],
         "priority": priority,
         "active": True,
@@ -118,16 +140,35 @@ class Step(enum.Enum):
     START = "start"            # merge admission into the templates, unsuspend
     STOP = "stop"              # suspend, restore the templates (no write if nothing differs)
     UPDATE_QUEUE = "queue"     # the job moved to another LocalQueue while pending
+    FINALIZE = "finalize"      # the Workload finished: drop Kueue's finalizer from it
+    RELEASE = "release"        # the Workload is being deleted: stop the job, then drop the finalizer
+    PODS_READY = "podsready"   # write the Workload's PodsReady condition
 
 
-def decide(kind: str, job: JSON, wl: JSON | None) -> Step:
+def has_finalizer(wl: JSON) -> bool:
+    return RESOURCE_IN_USE in (meta(wl).get("finalizers") or [])
+
+
+def decide(kind: str, job: JSON, wl: JSON | None, pods_ready: bool | None = None) -> Step:
+    """The job reconciler's next step (``JobReconciler.ReconcileGenericJob``, in its order). ``pods_ready`` is the
+    job's ``PodsReady()``; None leaves the PodsReady condition alone."""
     if wl is not None and true_condition(wl, "Finished"):
-        return Step.NONE
+        return Step.FINALIZE if has_finalizer(wl) else Step.NONE
+    if wl is not None and meta(wl).get("deletionTimestamp"):
+        return Step.RELEASE
     if finished(kind, job) is not None:
         return Step.FINISH if wl is not None else Step.NONE
     if wl is None:
         return Step.CREATE
-    if meta(wl).get("deletionTimestamp") or true_condition(wl, "Evicted"):
+    evicted = true_condition(wl, "Evicted") is not None
+    if evicted and not is_suspended(job):
+        # Upstream writes PodsReady first (step 5), but there an evicted Workload stays Admitted until its job has
+        # stopped, so PodsReady does not change before the stop. The emulated Kueue releases the quota (and
+        # Admitted) in the eviction's own write; stopping first keeps the stop as prompt as upstream's.
+        return Step.STOP
+    if pods_ready is not None and pods_ready_condition(wl, pods_ready) is not None:
+        return Step.PODS_READY
+    if evicted:
         return Step.STOP
     admitted = true_condition(wl, "Admitted") is not None
     if is_suspended(job):
@@ -137,6 +178,46 @@ def decide(kind: str, job: JSON, wl: JSON | None) -> Step:
             return Step.UPDATE_QUEUE
         return Step.STOP
     return Step.NONE if admitted else Step.STOP
+
+
+_NOT_READY = "Not all pods are ready or succeeded"
+_RECOVERING = "At least one pod has failed, waiting for recovery"
+_READY = "All pods reached readiness and the workload is running"
+
+
+def pods_ready_condition(wl: JSON, pods_ready: bool) -> tuple[str, str, str] | None:
+    """``generatePodsReadyCondition``: (status, reason, message) of the PodsReady condition the Workload should
+    have, or None when it has one of that status and reason already (``HasConditionWithTypeAndReason``).
+
+    Written for every job because Kueue v0.19.2's configuration API defaults ``waitForPodsReady`` to present
+    (``apis/config/v1beta2/defaults.go``), which ``waitforpodsready.Enabled`` reads as on."""
+    current = next((c for c in status(wl).get("conditions") or []
+                    if isinstance(c, dict) and c.get("type") == "PodsReady"), None)
+    if true_condition(wl, "Admitted") is None:
+        wanted = ("False", "WaitForStart", _NOT_READY)
+    elif pods_ready:
+        recovered = current is not None and current.get("reason") in ("WaitForRecovery", "Recovered")
+        wanted = ("True", "Recovered" if recovered else "Started", _READY)
+    elif current is None:
+        wanted = ("False", "WaitForStart", _NOT_READY)
+    elif current.get("status") == "True" or current.get("reason") == "WaitForRecovery":
+        wanted = ("False", "WaitForRecovery", _RECOVERING)
+    else:
+        wanted = ("False", "WaitForStart", _NOT_READY)
+    if current is not None and (current.get("status"), current.get("reason")) == wanted[:2]:
+        return None
+    return wanted
+
+
+def pods_ready_patch(wl: JSON, wanted: tuple[str, str, str], now: float) -> JSON:
+    """The SSA body ``workload.SetConditionAndUpdate`` sends (manager :data:`PODS_READY_MANAGER`): the condition
+    alone, its transition time now."""
+    m = meta(wl)
+    cond = {"type": "PodsReady", "status": wanted[0], "reason": wanted[1], "message": wanted[2],
+            "lastTransitionTime": rfc3339(now), "observedGeneration": int(m.get("generation", 1) or 1)}
+    return {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
+            "metadata": {"name": m.get("name", ""), "namespace": m.get("namespace", "")},
+            "status": {"conditions": [cond]}}
 
 
 def finished_patch(wl: JSON, message: str, success: bool, now: float, reason: str | None = None) -> JSON:
@@ -203,8 +284,17 @@ def _dict_list(value: Any) -> list[JSON]:
 def admission_infos(wl: JSON, flavors: Mapping[str, JSON]) -> dict[str, PodSetInfo]:
     """Per pod set: what admission adds (flavor node labels/tolerations, admission checks' podSetUpdates)."""
     infos: dict[str, PodSetInfo] = {}
-    for psa in (status(wl).get("admission") or {}).get("podSetAssignments") or []:
+    admission = status(wl).get("admission") or {}
+    cq = str(admission.get("clusterQueue") or "")
+    for psa in admission.get("podSetAssignments") or []:
         info = PodSetInfo(str(psa.get("name", "main")))
+        # getPodSetsInfoFromStatus: the Workload's name (TopologyAwareScheduling, on by default), the pod set,
+        # and the queues (AssignQueueLabelsForPods, on by default; the ClusterQueue only if a DNS-1123 label)
+        info.annotations[WORKLOAD_ANNOTATION] = str(meta(wl).get("name", ""))
+        info.labels[PODSET_LABEL] = info.name
+        info.labels[LOCAL_QUEUE_LABEL] = str(spec(wl).get("queueName") or "")
+        if len(cq) <= 63 and _DNS1123_LABEL.match(cq):
+            info.labels[CLUSTER_QUEUE_LABEL] = cq
         for flavor_name in sorted({str(f) for f in (psa.get("flavors") or {}).values()}):
             flavor = flavors.get(flavor_name)
             if flavor is None:

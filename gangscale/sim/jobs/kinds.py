@@ -3,8 +3,14 @@ per-integration adapters see them: their pod sets (name, count, pod template and
 the object), whether they are suspended, and whether they have finished.
 
 Pod set facts follow Kueue's integrations: a Job is one pod set ``main`` of ``min(parallelism, completions)``
-pods with the Job controller's own labels removed from the template; a JobSet has one pod set per replicated
-job, named after it, of ``replicas * min(parallelism, completions)`` pods; a RayCluster has ``head`` (1 pod)
+pods with the Job controller's own labels removed from the template except ``batch.kubernetes.io/job-name``
+(``pkg/controller/jobs/job/job_controller.go`` ``cleanLabels``) and ``topologyRequest.podIndexLabel:
+batch.kubernetes.io/job-completion-index``; a JobSet has one pod set per replicated job, named after it, of
+``replicas * min(parallelism, completions)`` pods, with ``topologyRequest`` ``podIndexLabel`` as a Job's,
+``subGroupIndexLabel: jobset.sigs.k8s.io/job-index`` and ``subGroupCount`` = the replicas
+(``jobset_controller.go`` ``PodSets``; both only because feature gate ``TopologyAwareScheduling`` is on by
+default, through ``jobframework.NewPodSetTopologyRequest``, whose TAS annotations are not read here); a
+RayCluster has ``head`` (1 pod)
 and one pod set per worker group, named by the lowercased ``groupName``, of ``(replicas or 1) * numOfHosts``
 pods; a RayJob has the pod sets of its ``rayClusterSpec`` plus, in ``K8sJobMode`` (the default), a
 ``submitter`` pod set of 1 whose template is ``submitterPodTemplate`` or KubeRay's default submitter.
@@ -31,9 +37,13 @@ PROVREQ_ANNOTATION_PREFIX = "provreq.kueue.x-k8s.io/"
 #: The simulation's own knob: how long a job's work takes once all its pods run ("90s", "2h"; none: forever).
 DURATION_ANNOTATION = "sim.gangscale.io/duration"
 
-# Labels the batch Job controller manages on pod templates (Kueue drops them from the Workload's copy).
-JOB_MANAGED_LABELS = ("job-name", "controller-uid", "batch.kubernetes.io/job-name",
-                      "batch.kubernetes.io/controller-uid")
+# Labels the batch Job controller manages on pod templates (Kueue's ``managedLabels``).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_MANAGED_LABELS = ("job-name", "controller-uid", JOB_NAME_LABEL, "batch.kubernetes.io/controller-uid")
+#: What Kueue's ``cleanLabels`` drops from the Workload's copy of a Job's template: all but the job name.
+JOB_CLEANED_LABELS = tuple(label for label in JOB_MANAGED_LABELS if label != JOB_NAME_LABEL)
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 
 HEAD_POD_SET = "head"
 SUBMITTER_POD_SET = "submitter"
@@ -71,6 +81,8 @@ class PodSet:
     path: Path | None
     #: Whether this pod set's pods exist in the simulation (the RayJob submitter's do not).
     has_pods: bool = True
+    #: The Workload pod set's ``topologyRequest`` (None: not set).
+    topology: JSON | None = None
 
 
 # --- small JSON helpers -----------------------------------------------------------------------------------
@@ -187,18 +199,21 @@ def pod_sets(kind: str, obj: JSON) -> list[PodSet]:
         tmeta = template.get("metadata")
         labels = tmeta.get("labels") if isinstance(tmeta, dict) else None
         if isinstance(tmeta, dict) and isinstance(labels, dict):
-            for label in JOB_MANAGED_LABELS:
+            for label in JOB_CLEANED_LABELS:
                 labels.pop(label, None)
             if not labels:  # an emptied Go map is omitted
                 del tmeta["labels"]
-        return [PodSet(MAIN_POD_SET, job_pod_count(spec(obj)), template, ("spec", "template"))]
+        return [PodSet(MAIN_POD_SET, job_pod_count(spec(obj)), template, ("spec", "template"),
+                       topology={"podIndexLabel": COMPLETION_INDEX})]
     if kind == JOBSET.kind:
         out = []
         for i, rjob in enumerate(spec(obj).get("replicatedJobs") or []):
             job_spec = get_in(rjob, ("template", "spec")) or {}
             path: Path = ("spec", "replicatedJobs", i, "template", "spec", "template")
-            out.append(PodSet(str(rjob.get("name", "")), as_int(rjob.get("replicas"), 1) * job_pod_count(job_spec),
-                              _template(obj, path), path))
+            replicas = as_int(rjob.get("replicas"), 1)
+            out.append(PodSet(str(rjob.get("name", "")), replicas * job_pod_count(job_spec), _template(obj, path),
+                              path, topology={"podIndexLabel": COMPLETION_INDEX,
+                                              "subGroupIndexLabel": JOBSET_JOB_INDEX, "subGroupCount": replicas}))
         return out
     if kind == RAYCLUSTER.kind:
         return _ray_pod_sets(obj, ("spec",))
@@ -213,6 +228,26 @@ def pod_sets(kind: str, obj: JSON) -> list[PodSet]:
                 out.append(PodSet(SUBMITTER_POD_SET, 1, default_submitter_template(obj), None, has_pods=False))
         return out
     raise ValueError(f"unknown job kind {kind!r}")
+
+
+def pods_ready(kind: str, obj: JSON, cluster: JSON | None = None) -> bool:
+    """Kueue's ``PodsReady()`` per integration: a Job's ``ready + succeeded >= podsCount``; a JobSet's replicated
+    jobs all ready or succeeded; a RayCluster's ``state: ready``; a RayJob's ``rayClusterStatus.state: ready``
+    (``cluster`` is its RayCluster, whose status KubeRay copies there; the emulated KubeRay does not copy it)."""
+    st = status(obj)
+    if kind == JOB.kind:
+        return as_int(st.get("ready"), 0) + as_int(st.get("succeeded"), 0) >= job_pod_count(spec(obj))
+    if kind == JOBSET.kind:
+        replicas = sum(as_int(r.get("replicas"), 1) for r in spec(obj).get("replicatedJobs") or [])
+        done = sum(as_int(r.get("ready"), 0) + as_int(r.get("succeeded"), 0)
+                   for r in st.get("replicatedJobsStatus") or [] if isinstance(r, dict))
+        return replicas == done
+    if kind == RAYCLUSTER.kind:
+        return st.get("state") == "ready"
+    if kind == RAYJOB.kind:
+        cluster_state = (st.get("rayClusterStatus") or {}).get("state") or status(cluster or {}).get("state")
+        return cluster_state == "ready"
+    return False
 
 
 def expected_pods(kind: str, obj: JSON) -> int:

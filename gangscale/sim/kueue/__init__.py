@@ -15,13 +15,17 @@ whoever creates the Workload) and Workload. It reproduces:
   ``status.admission``, conditions, messages ("couldn't assign flavors to pod set main: insufficient unused
   quota for google.com/tpu in flavor vlp-24, 8 more needed") and Events;
 - **admission checks**: a ``Pending`` entry per check of the ClusterQueue on reservation; ``Admitted`` when
-  all are ``Ready`` (at once without checks); eviction on ``Retry`` with ``requeueState`` backoff,
-  deactivation on ``Rejected``, the reset of every check after an eviction (Kueue's exact messages);
-  a ClusterQueue whose ResourceFlavor or AdmissionCheck is missing, or whose check is not ``Active``, is
-  inactive and reserves nothing;
+  all are ``Ready`` (at once without checks); on ``Retry`` the quota is held until ``requeueState.requeueAt``
+  (the check's ``lastTransitionTime + requeueAfterSeconds``, no retry count on the Workload), then the
+  Workload is evicted and queued again at once; deactivation on ``Rejected``; the reset of every check after
+  an eviction (Kueue's exact messages, and the fields another manager owns left in place, as one apply
+  leaves them); a ClusterQueue whose ResourceFlavor or AdmissionCheck is missing, or whose check is not
+  ``Active``, is inactive and reserves nothing;
 - **preemption** within a ClusterQueue (``LowerPriority``, ``LowerOrNewerEqualPriority``), fewest and
   lowest-priority victims, Kueue's ``Evicted``/``Preempted`` conditions and message;
-- ClusterQueue status: ``Active``, workload counts, ``flavorsReservation``/``flavorsUsage``.
+- ClusterQueue status: ``Active``, workload counts, ``flavorsReservation``/``flavorsUsage``;
+- ``events.k8s.io/v1`` Events from the recorder of the Kueue controller whose part is played
+  (:mod:`~gangscale.sim.kueue.events`).
 
 Simplified or left out (each also said where it is implemented):
 
@@ -40,7 +44,8 @@ Simplified or left out (each also said where it is implemented):
 
 Modules: ``objects`` (queue-side views, vocabulary), ``workload`` (the Workload view), ``quota`` (ordering,
 flavors, preemption, per-queue plan), ``lifecycle`` (the status changes of each transition), ``clusterqueues``
-(queue status), ``ssa`` (writing only the fields the manager owns), ``core`` (the component).
+(queue status), ``ssa`` (writing only the fields the manager owns), ``events`` (Kueue's Events), ``core`` (the
+component). docs/apiserver-fidelity.md ("Kueue") lists what follows Kueue v0.19.2 and what is left out.
 """
 
 from gangscale.sim.kueue.core import KueueCore

@@ -6,9 +6,10 @@ previous step left (every write's answer replaces the object in the pass's snaps
 1. whether each ClusterQueue is active (:mod:`~gangscale.sim.kueue.clusterqueues`; written in step 4), so
    that an inactive queue reserves nothing in this pass;
 2. the workload controller, per Workload (:mod:`~gangscale.sim.kueue.lifecycle`): release the quota of a
-   Workload someone else evicted, evict on a ``Retry`` check, deactivate on a ``Rejected`` one, evict a
-   deactivated Workload, admit when every check is ``Ready``, end a backoff, say why a Workload waits
-   (missing LocalQueue or ClusterQueue, inactive queue);
+   Workload someone else evicted; turn a ``Retry`` check's retry time into ``requeueState.requeueAt`` and
+   leave an active Workload alone (holding its quota) until then; evict on a ``Retry`` check, deactivate on
+   a ``Rejected`` one, evict a deactivated Workload, admit when every check is ``Ready``, end a backoff, say
+   why a Workload waits (missing LocalQueue or ClusterQueue, inactive queue);
 3. the scheduler, per active ClusterQueue (:mod:`~gangscale.sim.kueue.quota`): preempt, reserve, say why
    the others wait;
 4. ClusterQueue status: ``Active``, counters and flavor usage, written when any of it changed.
@@ -18,7 +19,8 @@ Namespaces when a ClusterQueue's ``namespaceSelector`` has terms. Writes: Worklo
 apply on ``/status``, field manager ``kueue-admission``, ``force``, only the fields it owns — see
 :mod:`~gangscale.sim.kueue.ssa` — with uid and resourceVersion preconditions; a JSON patch afterwards only
 for what another manager's ownership kept), ``spec.active=false`` (merge patch), ClusterQueue status
-(apply), core/v1 Events from ``kueue-admission``. A failed write is logged and retried on the next pass.
+(apply), ``events.k8s.io/v1`` Events from ``kueue-admission`` (the scheduler's) and ``kueue-workload-controller``
+(:mod:`~gangscale.sim.kueue.events`). A failed write is logged and retried on the next pass.
 """
 
 from __future__ import annotations
@@ -37,13 +39,12 @@ from gangscale.kube.resources import (
     WORKLOADS,
 )
 from gangscale.kube.transport import KubeHTTP, Resource
-from gangscale.kube.writes import EventRecorder
 from gangscale.sim.informers import HttpReader, Reader
 from gangscale.sim.kueue import lifecycle
 from gangscale.sim.kueue.clusterqueues import active_state, desired_status, status_differs
+from gangscale.sim.kueue.events import SCHEDULER, WORKLOAD_CONTROLLER, KueueEventRecorder
 from gangscale.sim.kueue.lifecycle import StatusEdit
 from gangscale.sim.kueue.objects import (
-    EVENT_COMPONENT,
     FIELD_MANAGER,
     REASON_INADMISSIBLE,
     REASON_PENDING,
@@ -99,7 +100,8 @@ class KueueCore:
         #: Where the reads come from: the driver's informer cache, else a LIST per read.
         self.reader = reader or HttpReader(http)
         self.timeline = timeline
-        self.events = EventRecorder(http, component=EVENT_COMPONENT)
+        #: One events.k8s.io/v1 recorder per Kueue controller whose part this component plays.
+        self.recorders = {name: KueueEventRecorder(http, name) for name in (SCHEDULER, WORKLOAD_CONTROLLER)}
         self._wake: float | None = None
         self._wrote = False
 
@@ -126,7 +128,7 @@ class KueueCore:
                 log.exception("kueue: ClusterQueue %s", name)
         await self._cluster_queue_status(snap, now)
         waits = [w.requeue_at for w in snap.workloads.values()
-                 if w.requeue_at is not None and w.requeue_at > now and w.active and not w.reserved and not w.finished]
+                 if w.requeue_at is not None and w.requeue_at > now and w.active and not w.finished]
         self._wake = min(waits, default=None)
         return self._wrote
 
@@ -174,7 +176,9 @@ class KueueCore:
                                               query={"fieldManager": FIELD_MANAGER, "force": True},
                                               body=apply_body(obj, {"status": status}))
                 self._wrote = True
-                ops = leftovers(obj, lifecycle.must_be_gone(edit), edit.check_unset, edit.drop_checks)
+                # Entry fields the apply left out stay if another manager owns them, as on a real server
+                # (Kueue's eviction reset is one apply, with no follow-up); whole fields and entries go.
+                ops = leftovers(obj, lifecycle.must_be_gone(edit), {}, edit.drop_checks)
                 if ops:
                     obj = await self.http.request("PATCH", WORKLOADS.path(ns, name, "status"), body=ops,
                                                   query={"fieldManager": FIELD_MANAGER}, content_type=JSON_PATCH)
@@ -184,7 +188,7 @@ class KueueCore:
                 snap.workloads[wl.key] = parse_workload(obj)
             return
         for event_type, reason, message in edit.events:
-            await self.events.record(obj, event_type, reason, message, now)
+            await self.recorders[edit.reporter].record(obj, event_type, reason, message, now)
             self._wrote = True
         for kind, text, data in edit.timeline:
             self.timeline.add(now, kind, wl.subject, text, **data)
@@ -197,25 +201,33 @@ class KueueCore:
             snap.active[cq.name] = active_state(cq, snap.flavors, snap.checks)
 
     async def _reconcile(self, snap: Snapshot, wl: Workload, now: float) -> None:
-        """The workload controller's part for one Workload."""
+        """The workload controller's part for one Workload (and the job framework's quota release)."""
         if wl.finished or not wl.queue_name:
             return
-        edit: StatusEdit | None
+        edit = lifecycle.release_evicted(wl, now) if wl.reserved else None
+        if edit is None:
+            # Kueue's Reconcile: a Retry check's retry time first becomes requeueAt, and while that is ahead
+            # an active Workload is left alone, holding its quota if it has any.
+            edit = lifecycle.requeue_at_update(wl, now)
+            if edit is None and lifecycle.holds_for_backoff(wl, now):
+                return
+        if edit is None:
+            edit = self._decide(snap, wl, now)
+        if edit is not None:
+            await self._write(snap, wl, edit, now)
+
+    def _decide(self, snap: Snapshot, wl: Workload, now: float) -> StatusEdit | None:
         if wl.reserved:
-            edit = lifecycle.release_evicted(wl, now)
-            if edit is None:
-                edit = (lifecycle.deactivated_eviction(wl, now) if not wl.active
-                        else lifecycle.check_based_eviction(wl, now))
+            edit = (lifecycle.deactivated_eviction(wl, now) if not wl.active
+                    else lifecycle.check_based_eviction(wl, now))
             if edit is None:
                 cq = snap.cluster_queues.get(wl.reserved_in or "")
                 wanted = cq.checks_for(wl.assigned_flavors) if cq else tuple(c.name for c in wl.checks)
                 edit = lifecycle.admission(wl, wanted, now)
-        elif not wl.active:
-            return
-        else:
-            edit = lifecycle.backoff_finished(wl, now) or self._waiting(snap, wl, now)
-        if edit is not None:
-            await self._write(snap, wl, edit, now)
+            return edit
+        if not wl.active:
+            return None
+        return lifecycle.backoff_finished(wl, now) or self._waiting(snap, wl, now)
 
     def _waiting(self, snap: Snapshot, wl: Workload, now: float) -> StatusEdit | None:
         lq, cq = snap.queue_of(wl)
@@ -231,7 +243,7 @@ class KueueCore:
 
     def _eligible(self, snap: Snapshot, wl: Workload, cq: ClusterQueue, now: float) -> bool:
         return (bool(wl.queue_name) and wl.active and not wl.finished and not wl.reserved
-                and (wl.requeue_at is None or wl.requeue_at <= now) and snap.queue_of(wl)[1] is cq)
+                and lifecycle.backoff_expired(wl, now) and snap.queue_of(wl)[1] is cq)
 
     async def _schedule(self, snap: Snapshot, cq: ClusterQueue, now: float) -> None:
         if not snap.is_active(cq):

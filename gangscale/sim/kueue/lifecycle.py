@@ -11,21 +11,34 @@ Reproduced (Kueue v1beta2 vocabulary):
   ``Pending`` entry per admission check of the ClusterQueue (existing entries kept, stale ones removed);
   with no check, ``Admitted=True`` in the same write;
 - admission once every check is ``Ready``: ``Admitted=True/Admitted`` ("The workload is admitted");
-- check-based eviction: any ``Rejected`` check deactivates the Workload (``spec.active=false``; Warning
-  event ``AdmissionCheckRejected`` "Deactivated due to AdmissionCheck in Rejected state: ...") and evicts it
-  (``Evicted=True/DeactivatedDueToAdmissionCheck``); otherwise any ``Retry`` check evicts it
-  (``Evicted=True/AdmissionCheck``, "Evicted due to AdmissionCheck in Retry state: \"<check>\" (<msg>)")
-  with ``requeueState.requeueAt`` = the latest ``lastTransitionTime + requeueAfterSeconds`` of the Retry
-  checks and ``requeueState.count`` + 1; a Workload deactivated by anyone else is evicted with
-  ``Evicted=True/Deactivated`` ("The workload is deactivated");
+- the Retry backoff while the quota is held (``NeedsRequeueAtUpdate``, ``SetRequeueState`` in Kueue's
+  ``pkg/workload``; the first step of ``WorkloadReconciler.Reconcile`` in
+  ``pkg/controller/core/workload_controller.go``): when a ``Retry`` check's ``lastTransitionTime +
+  requeueAfterSeconds`` (the latest over the Retry checks, ``GetMaxRetryTime``) is still ahead and later
+  than ``requeueState.requeueAt``, only ``requeueState.requeueAt`` is set (``count`` untouched), and an
+  active Workload whose ``requeueAt`` is ahead is left alone until then (:func:`holds_for_backoff`): it
+  keeps ``QuotaReserved=True`` and its quota. A ``requeueAt`` already past evicts at once;
+- check-based eviction (``reconcileCheckBasedEviction``): any ``Rejected`` check deactivates the Workload
+  (``spec.active=false``; Warning event ``AdmissionCheckRejected`` "Deactivated due to AdmissionCheck in
+  Rejected state: ...") and evicts it (``Evicted=True/DeactivatedDueToAdmissionCheck``); otherwise any
+  ``Retry`` check evicts it (``Evicted=True/AdmissionCheck``, "Evicted due to AdmissionCheck in Retry state:
+  \"<check>\" (<msg>)"), leaving ``requeueState`` as it is (Kueue counts no retry on the Workload for an
+  admission check eviction: ``requeueState.count`` is only moved by ``UpdateRequeueState`` for a PodsReady
+  timeout); a Workload deactivated by anyone else is evicted with ``Evicted=True/Deactivated`` ("The
+  workload is deactivated");
 - preemption: ``Evicted=True/Preempted`` and ``Preempted=True/InClusterQueue`` with Kueue's message;
 - on every eviction: each non-Pending check reset to ``Pending`` ("Reset to Pending after eviction.
-  Previously: <state>"; ``requeueAfterSeconds`` kept; ``retryCount`` + 1 after ``Retry``, else removed;
-  ``podSetUpdates`` dropped), ``schedulingStats.evictions`` counted, and the quota released at once:
+  Previously: <state>"; ``requeueAfterSeconds`` kept; ``retryCount`` + 1 after ``Retry``; ``evict.go``
+  ``resetChecksOnEviction``). Like Kueue's, the reset is one forced apply that leaves ``retryCount`` (after
+  any other state) and ``podSetUpdates`` out: the server removes them only if no other manager owns them, and
+  the provisioning admission check's field manager does own them (it applies whole entries), so they survive
+  the reset: a Rejected check keeps its ``retryCount``. ``schedulingStats.evictions`` is counted, and the quota
+  released at once:
   ``status.admission`` removed, ``QuotaReserved=False/Pending`` with the eviction message, ``Admitted=False``
   (``NoReservation`` / ``NoReservationUnsatisfiedChecks``) if it was admitted, ``Requeued`` (True after a
   preemption, False otherwise) with the eviction's reason and message;
-- backoff end: ``Requeued=True/BackoffFinished`` and ``requeueAt`` cleared once it has passed;
+- backoff end: ``Requeued=True/BackoffFinished`` and ``requeueAt`` cleared once it has passed (with no
+  ``count`` left, ``requeueState`` goes: Kueue's apply leaves an empty one out);
 - a Workload another party marked ``Evicted`` while it holds quota has the quota released the same way;
 - ``QuotaReserved=False`` with a reason and message for a Workload that waits, written only when they change.
 
@@ -44,6 +57,7 @@ from typing import Any
 
 from gangscale.model.quantity import humanize
 from gangscale.sim import world
+from gangscale.sim.kueue.events import SCHEDULER, WORKLOAD_CONTROLLER
 from gangscale.sim.kueue.objects import (
     ADMITTED,
     ADMITTED_MESSAGE,
@@ -95,10 +109,14 @@ class StatusEdit:
     requeue_state: JSON | Keep | None = KEEP
     scheduling_stats: JSON | Keep = KEEP
     checks: dict[str, JSON] = field(default_factory=dict)            # entry name -> fields to set
-    check_unset: dict[str, set[str]] = field(default_factory=dict)   # entry name -> fields that must go
+    #: entry name -> fields this manager's apply leaves out (another manager's ownership may keep them)
+    check_unset: dict[str, set[str]] = field(default_factory=dict)
     drop_checks: set[str] = field(default_factory=set)               # entries that must go
     spec_active: bool | None = None
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    #: Which Kueue controller records the events: the workload controller, or the scheduler (``kueue-admission``:
+    #: reservation, preemption, the Pending event, and admission in the reservation's write).
+    reporter: str = WORKLOAD_CONTROLLER
     timeline: list[tuple[str, str, JSON]] = field(default_factory=list)  # (kind, text, data)
 
     @property
@@ -149,7 +167,8 @@ def sync_checks(edit: StatusEdit, wl: Workload, wanted: tuple[str, ...], now: fl
 
 
 def reservation(wl: Workload, cq: ClusterQueue, assignment: Assignment, now: float) -> StatusEdit:
-    edit = StatusEdit(admission={"clusterQueue": cq.name, "podSetAssignments": assignment.to_api()})
+    edit = StatusEdit(admission={"clusterQueue": cq.name, "podSetAssignments": assignment.to_api()},
+                      reporter=SCHEDULER)
     _set(edit, wl, QUOTA_RESERVED, True, REASON_QUOTA_RESERVED, QUOTA_RESERVED_MESSAGE.format(cq=cq.name), now)
     for kind in (EVICTED, PREEMPTED):
         old = wl.conditions.get(kind) or {}
@@ -270,6 +289,7 @@ def release_evicted(wl: Workload, now: float) -> StatusEdit | None:
 def preemption(victim: Workload, preemptor: Workload, now: float) -> StatusEdit:
     message = PREEMPTION_MESSAGE.format(uid=preemptor.uid or "UNKNOWN", job_uid=preemptor.job_uid or "UNKNOWN")
     edit = eviction(victim, REASON_PREEMPTED, message, now, cause=REASON_IN_CLUSTER_QUEUE, requeued=True)
+    edit.reporter = SCHEDULER
     _set(edit, victim, PREEMPTED, True, REASON_IN_CLUSTER_QUEUE, message, now)
     edit.events.append((NORMAL, "Preempted", message))
     edit.timeline.append((world.PREEMPTED, f"preempted by {preemptor.subject}", {"by": preemptor.subject}))
@@ -295,15 +315,36 @@ def check_based_eviction(wl: Workload, now: float) -> StatusEdit | None:
         return None
     message = f"Evicted due to {_checks_message(retry, CHECK_RETRY)}"
     edit = eviction(wl, REASON_ADMISSION_CHECK, message, now)
-    times = [c.transition + c.requeue_after for c in retry if c.transition is not None and c.requeue_after is not None]
-    state: JSON = {"count": wl.requeue_count + 1}
-    requeue_at = max([*times, wl.requeue_at or 0.0])
-    if requeue_at > now:
-        state["requeueAt"] = rfc3339(requeue_at)
-    edit.requeue_state = state
-    edit.timeline.append((world.EVICTED, message, {"reason": REASON_ADMISSION_CHECK,
-                                                   "requeue_at": requeue_at if requeue_at > now else None}))
+    edit.timeline.append((world.EVICTED, message, {"reason": REASON_ADMISSION_CHECK}))
     return edit
+
+
+def max_retry_time(wl: Workload) -> float | None:
+    """Kueue's ``GetMaxRetryTime``: the latest ``lastTransitionTime + requeueAfterSeconds`` of the Retry checks."""
+    times = [c.transition + c.requeue_after for c in wl.checks
+             if c.state == CHECK_RETRY and c.transition is not None and c.requeue_after is not None]
+    return max(times, default=None)
+
+
+def requeue_at_update(wl: Workload, now: float) -> StatusEdit | None:
+    """Kueue's ``NeedsRequeueAtUpdate`` + ``SetRequeueState(wl, t, false)``: set ``requeueState.requeueAt`` to a
+    Retry check's retry time that is still ahead and later than the current one; nothing else changes (the
+    Workload keeps its quota and its ``count``, if any)."""
+    if wl.finished:
+        return None
+    target = max_retry_time(wl)
+    if target is None or target <= now or (wl.requeue_at is not None and wl.requeue_at >= target):
+        return None
+    state: JSON = {"requeueAt": rfc3339(target)}
+    if wl.requeue_count:
+        state["count"] = wl.requeue_count
+    return StatusEdit(requeue_state=state)
+
+
+def holds_for_backoff(wl: Workload, now: float) -> bool:
+    """An active Workload whose ``requeueAt`` is ahead waits for it before anything else happens to it (Kueue's
+    ``Reconcile`` returns ``RequeueAfter`` there): a reserving one keeps its quota and its Retry check."""
+    return wl.active and not wl.finished and wl.requeue_at is not None and wl.requeue_at > now
 
 
 def deactivated_eviction(wl: Workload, now: float) -> StatusEdit | None:
@@ -325,18 +366,31 @@ def backoff_finished(wl: Workload, now: float) -> StatusEdit | None:
         return None
     edit = StatusEdit()
     if wl.requeue_at is not None:
-        edit.requeue_state = {"count": wl.requeue_count}
+        edit.requeue_state = {"count": wl.requeue_count} if wl.requeue_count else None
     requeued = wl.conditions.get(REQUEUED) or {}
     if requeued.get("status") == "False" and requeued.get("reason") == REASON_ADMISSION_CHECK:
         _set(edit, wl, REQUEUED, True, REASON_BACKOFF_FINISHED, BACKOFF_FINISHED_MESSAGE, now)
     return edit if edit.writes_status else None
 
 
+def backoff_expired(wl: Workload, now: float) -> bool:
+    """Kueue's ``ClusterQueue.backoffWaitingTimeExpired`` (``pkg/cache/queue/cluster_queue.go``): a Workload
+    evicted by a check (``Requeued=False/AdmissionCheck``) waits for ``Requeued=True/BackoffFinished`` (so it is
+    reserved again only after :func:`backoff_finished`, even when its ``requeueAt`` has passed), and any other
+    for its ``requeueAt``. Upstream a ``Requeued=False`` of any reason holds the Workload back; the emulator
+    checks only this reason, because it does not write the conditions that release the others (``Reactivated``
+    after a deactivation)."""
+    requeued = wl.conditions.get(REQUEUED) or {}
+    if requeued.get("status") == "False" and requeued.get("reason") == REASON_ADMISSION_CHECK:
+        return False
+    return wl.requeue_at is None or wl.requeue_at <= now
+
+
 def waiting(wl: Workload, reason: str, message: str, now: float) -> StatusEdit | None:
     """``QuotaReserved=False`` with why the Workload waits; an Event when the message changes."""
     if wl.reserved or not differs(wl, QUOTA_RESERVED, False, reason, message):
         return None
-    edit = StatusEdit()
+    edit = StatusEdit(reporter=SCHEDULER)
     _set(edit, wl, QUOTA_RESERVED, False, reason, message, now)
     if reason == REASON_PENDING:  # the scheduler's event; the workload controller's reasons have none
         edit.events.append((WARNING, REASON_PENDING, message))

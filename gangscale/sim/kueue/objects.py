@@ -23,8 +23,6 @@ JSON = dict[str, Any]
 
 #: Field manager of every status write (Kueue's admission and workload controller writes use it).
 FIELD_MANAGER = "kueue-admission"
-#: Source component of the Events the emulator records.
-EVENT_COMPONENT = "kueue-admission"
 #: The label Kueue's job integrations put on a Workload with the owning job's UID.
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 

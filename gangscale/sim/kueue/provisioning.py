@@ -17,14 +17,18 @@ Reproduced (facts from research/provreq-spec.md §3 and Kueue's sources; see als
   the Workload's reconcile, writing nothing, as Kueue's reconcile error does. The current request of a check is
   the owned one named ``<wl>-<check>-<n>`` in sync with the config with the highest ``n``; check states are
   decided by :func:`~gangscale.sim.kueue.checkstate.decide` and server-side applied on ``/status`` under
-  manager ``kueue.x-k8s.io/provisioning-request`` (force), carrying only this controller's entries (never
-  ``retryCount``), ``lastTransitionTime`` changed with the state; event ``AdmissionCheckUpdated`` on each state
-  change. Every other owned request is deleted. Then, per check that needs a request and is not Ready: with no
-  current request, attempt ``retryCount + 1`` is created; with a Failed (or, before admission, BookingExpired)
-  request while the check is Pending, attempt ``n + 1``; never while Retry/Rejected, and never again after
-  Ready. PodTemplates are created first (owned by the Workload), then the request (event
-  ``ProvisioningRequestCreated``), then the templates' controller reference moves to the request. A failed
-  create records ``FailedCreate`` and the error as the check's message, and ends the Workload's reconcile.
+  manager ``kueue.x-k8s.io/provisioning-request`` (force), carrying this controller's entries whole, as the
+  Workload has them (``retryCount`` included, so this manager co-owns it and it outlives Kueue's reset of a
+  Rejected check), with the ``lastTransitionTime`` they already have: Kueue's ``syncCheckStates`` passes the
+  entry's own non-zero time to ``patching.SetAdmissionCheckState``, which keeps it, so no state change made
+  here moves it (a Kueue bug: the Retry backoff is then counted from when the entry was added or last reset);
+  event ``AdmissionCheckUpdated`` on each state change. Every other owned request is deleted. Then, per check
+  that needs a request and is not Ready: with no current request, attempt ``retryCount + 1`` is created; with a
+  Failed (or, before admission, BookingExpired) request while the check is Pending, attempt ``n + 1``; never
+  while Retry/Rejected, and never again after Ready. PodTemplates are created first (owned by the Workload),
+  then the request (event ``ProvisioningRequestCreated``), then the templates' controller reference moves to
+  the request. A failed create records ``FailedCreate`` and the error as the check's message, and ends the
+  Workload's reconcile.
   Names, bodies and podSetUpdates: :mod:`~gangscale.sim.kueue.prnames`, :mod:`~gangscale.sim.kueue.prtemplates`,
   :mod:`~gangscale.sim.kueue.prmerge`. Kueue never writes a ProvisioningRequest's status, and neither does this.
 - Timeline: ``CHECK`` (data ``check``, ``state``) on every state change, ``PR_CREATED`` (data ``name``) on every
@@ -46,9 +50,9 @@ Simplified or left out:
   depending on timing.
 - Long names use the fixed attempt suffix of Kueue's main branch (:mod:`~gangscale.sim.kueue.prnames`).
 - Kueue's "AlreadyExists but not yet in my cache" suppression of create errors has no counterpart (there is no
-  cache). Events are plain core/v1 Events named by the server (``generateName``), with no aggregation of
-  repeats; their component (``kueue-provisioning-request-controller``) is the one Kueue's integration tests
-  use.
+  cache). Events are ``events.k8s.io/v1`` from reporting controller ``kueue-provisioning-request-controller``
+  (``cmd/kueue/main.go``), as :mod:`~gangscale.sim.kueue.events` writes them; the action of
+  ``ProvisioningRequestCreated`` is ``Created``, the others' is their reason.
 """
 
 from __future__ import annotations
@@ -60,8 +64,8 @@ from typing import Any
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import ADMISSIONCHECKS
 from gangscale.kube.transport import KubeHTTP
-from gangscale.kube.writes import EventRecorder
 from gangscale.sim.informers import HttpReader, Reader
+from gangscale.sim.kueue.events import PROVISIONING_CONTROLLER, KueueEventRecorder
 from gangscale.sim.kueue.prconfig import config_from_ref
 from gangscale.sim.kueue.prnames import CONTROLLER_NAME
 from gangscale.sim.kueue.provisioningcontext import Env, Snapshot, load_snapshot
@@ -70,7 +74,6 @@ from gangscale.sim.world import Timeline
 from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
-EVENT_COMPONENT = "kueue-provisioning-request-controller"
 ACTIVE = "Active"
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ class ProvisioningCheck:
         #: Where the reads come from: the driver's informer cache, else a LIST per read.
         self.reader = reader or HttpReader(http)
         self.timeline = timeline
-        self.env = Env(http, timeline, EventRecorder(http, component=EVENT_COMPONENT),
+        self.env = Env(http, timeline, KueueEventRecorder(http, PROVISIONING_CONTROLLER),
                        cleanup_on_eviction=cleanup_on_eviction)
 
     def next_wake(self) -> float | None:

@@ -18,9 +18,9 @@ from gangscale.kube.resources import (
     WORKLOADS,
 )
 from gangscale.kube.transport import KubeHTTP, Resource
-from gangscale.kube.writes import EventRecorder
 from gangscale.sim.informers import Reader, Where
 from gangscale.sim.kueue.checkstate import Condition
+from gangscale.sim.kueue.events import KueueEventRecorder
 from gangscale.sim.kueue.prnames import MANAGED_LABEL
 from gangscale.sim.world import Timeline
 
@@ -47,7 +47,7 @@ class Env:
 
     http: KubeHTTP
     timeline: Timeline
-    events: EventRecorder
+    events: KueueEventRecorder
     cleanup_on_eviction: bool = True
     #: FailedCreate events already sent, (Workload uid, message): a cache that only stops repeats.
     reported: set[tuple[str, str]] = field(default_factory=set)

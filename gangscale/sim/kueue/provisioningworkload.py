@@ -189,7 +189,15 @@ class WorkloadReconcile:
             await self._apply_checks(self.mine, changes)
 
     async def _apply_checks(self, names: list[str], changes: Mapping[str, CheckOutcome]) -> None:
-        """Apply this controller's entries (all of them: an apply drops the fields it no longer sends)."""
+        """Apply this controller's entries (all of them: an apply drops the fields it no longer sends).
+
+        As Kueue's ``syncCheckStates`` does, each entry is the Workload's copy with the decided state, message,
+        requeueAfterSeconds and podSetUpdates set on it by ``patching.SetAdmissionCheckState``: its
+        ``retryCount`` goes along (so this manager co-owns it, and it survives Kueue's reset after a Rejected
+        check), and ``lastTransitionTime`` is the copy's. ``SetAdmissionCheckState`` takes a non-zero
+        ``lastTransitionTime`` from the new state, and the copy always has one, so a state change made here
+        does not move it: it stays at the time the entry was added or last reset (a Kueue bug the Retry
+        backoff inherits: ``requeueAt`` is counted from that time)."""
         new_entries: dict[str, JSON] = {}
         transitions: list[tuple[str, str, CheckOutcome]] = []
         for name in names:
@@ -197,7 +205,6 @@ class WorkloadReconcile:
             outcome = changes.get(name, _entry_outcome(entry))
             ltt = entry.get("lastTransitionTime") or rfc3339(self.now)
             if outcome.state != entry.get("state"):
-                ltt = rfc3339(self.now)
                 transitions.append((name, str(entry.get("state", "")), outcome))
             rendered: JSON = {"name": name, "state": outcome.state, "message": outcome.message[:MAX_MESSAGE],
                               "lastTransitionTime": ltt}
@@ -205,6 +212,8 @@ class WorkloadReconcile:
                 rendered["requeueAfterSeconds"] = outcome.requeue_after_seconds
             if outcome.pod_set_updates:
                 rendered["podSetUpdates"] = outcome.pod_set_updates
+            if isinstance(entry.get("retryCount"), int):
+                rendered["retryCount"] = entry["retryCount"]
             new_entries[name] = rendered
         body = {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
                 "metadata": {"name": self.name, "namespace": self.namespace},
@@ -294,7 +303,7 @@ class WorkloadReconcile:
             return None, True
         self.wrote = True
         await self.env.events.record(self.wl, "Normal", "ProvisioningRequestCreated",
-                                     f'Created ProvisioningRequest: "{name}"', self.now)
+                                     f'Created ProvisioningRequest: "{name}"', self.now, action="Created")
         self.env.timeline.add(self.now, PR_CREATED, workload_subject(self.wl), f"ProvisioningRequest {name}",
                               name=name)
         return created, False

@@ -45,9 +45,12 @@ def _job(suspend: bool, complete: bool = False) -> JSON:
     return obj
 
 
-def _wl(*conds: str, queue: str = "q", admission: bool = False, deleting: bool = False) -> JSON:
+def _wl(*conds: str, queue: str = "q", admission: bool = False, deleting: bool = False,
+        finalizer: bool = False) -> JSON:
     wl: JSON = {"metadata": {"name": "w"}, "spec": {"queueName": queue},
                 "status": {"conditions": [_cond(c) for c in conds]}}
+    if finalizer:
+        wl["metadata"]["finalizers"] = [fw.RESOURCE_IN_USE]
     if admission:
         wl["status"]["admission"] = {"clusterQueue": "cq"}
     if deleting:
@@ -65,15 +68,17 @@ def _wl(*conds: str, queue: str = "q", admission: bool = False, deleting: bool =
     (_job(False), _wl(), fw.Step.STOP),
     (_job(False), _wl("Admitted", "Evicted", admission=True), fw.Step.STOP),
     (_job(True), _wl("Admitted", "Evicted", admission=True), fw.Step.STOP),
-    (_job(False), _wl("Admitted", deleting=True), fw.Step.STOP),
+    (_job(False), _wl("Admitted", deleting=True), fw.Step.RELEASE),
     (_job(False, complete=True), _wl("Admitted"), fw.Step.FINISH),
     (_job(False, complete=True), _wl("Admitted", "Finished"), fw.Step.NONE),
+    (_job(False, complete=True), _wl("Admitted", "Finished", finalizer=True), fw.Step.FINALIZE),
     (_job(False, complete=True), None, fw.Step.NONE),
     (_job(True), _wl(queue="other"), fw.Step.UPDATE_QUEUE),
     (_job(True), _wl("QuotaReserved", queue="other", admission=True), fw.Step.STOP),
 ], ids=["new-running", "new-suspended", "pending", "reserved-not-admitted", "admitted", "running",
         "running-unadmitted", "evicted-running", "evicted-suspended", "workload-deleting", "job-complete",
-        "already-finished", "complete-no-workload", "queue-changed", "queue-changed-with-admission"])
+        "already-finished", "finished-with-finalizer", "complete-no-workload", "queue-changed",
+        "queue-changed-with-admission"])
 def test_decide(job: JSON, wl: JSON | None, step: fw.Step) -> None:
     assert fw.decide("Job", job, wl) is step
 
@@ -86,7 +91,8 @@ TOL = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def _admitted(*updates: JSON) -> JSON:
-    return {"spec": {"podSets": [{"name": "main", "count": 2, "template": {}}]},
+    return {"metadata": {"name": "job-j-1a2b3"}, "spec": {"queueName": "lq", "podSets": [
+                {"name": "main", "count": 2, "template": {}}]},
             "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
                 {"name": "main", "flavors": {"cpu": "a3", "nvidia.com/gpu": "a3"}}]},
                 "admissionChecks": [{"name": "prov", "state": "Ready", "podSetUpdates": list(updates)}]}}
@@ -100,8 +106,11 @@ def test_admission_infos_combine_flavor_and_check_updates() -> None:
     infos = fw.admission_infos(wl, {"a3": _flavor({"pool": "a3"}, [TOL])})
     info = infos["main"]
     assert info.node_selector == {"pool": "a3", "gangscale.io/token": "t1"}
-    assert info.annotations == {"autoscaling.x-k8s.io/consume-provisioning-request": "pr-1"}
-    assert info.labels == {"l": "v"}
+    # getPodSetsInfoFromStatus adds the Workload annotation, the pod set and queue labels before the updates
+    assert info.annotations == {"kueue.x-k8s.io/workload": "job-j-1a2b3",
+                                "autoscaling.x-k8s.io/consume-provisioning-request": "pr-1"}
+    assert info.labels == {"kueue.x-k8s.io/podset": "main", "kueue.x-k8s.io/local-queue-name": "lq",
+                           "kueue.x-k8s.io/cluster-queue-name": "cq", "l": "v"}
     assert info.tolerations == [TOL, {"key": "x", "operator": "Exists"}]
     assert set(infos) == {"main"}
 

@@ -207,11 +207,13 @@ class Env:
 
     async def set_check(self, wl_name: str, check: str, state: str, message: str = "", *,
                         requeue_after: int | None = None, pod_set_updates: list[JSON] | None = None,
-                        namespace: str = NS) -> JSON:
+                        retry_count: int | None = None, namespace: str = NS) -> JSON:
         """What the provisioning admission check writes: its own entry, by apply, under its own manager."""
         entry: JSON = {"name": check, "state": state, "message": message, "lastTransitionTime": rfc3339(self.now)}
         if requeue_after is not None:
             entry["requeueAfterSeconds"] = requeue_after
+        if retry_count is not None:
+            entry["retryCount"] = retry_count
         if pod_set_updates is not None:
             entry["podSetUpdates"] = pod_set_updates
         return await self.http.request(

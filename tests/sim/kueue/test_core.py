@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gangscale.kube.resources import CLUSTERQUEUES, EVENTS, WORKLOADS
+from gangscale.kube.resources import CLUSTERQUEUES, EVENTS, EVENTS_V1, WORKLOADS
 from gangscale.sim import world
 from gangscale.timefmt import rfc3339
 from tests.sim.kueue import (
@@ -62,9 +62,14 @@ async def test_tpu_tutorial_quota(tmp_path: Path) -> None:
             "False", "Pending", "couldn't assign flavors to pod set main: insufficient unused quota for "
                                 "google.com/tpu in flavor vlp-24, 16 more needed")
         assert ("Warning", "Pending", condition(mid, "QuotaReserved")["message"]) in await env.events("mid")
-        raw_events = (await env.http.request("GET", EVENTS.path("default")))["items"]
-        assert {(e["source"]["component"], e["involvedObject"]["kind"]) for e in raw_events} == {
-            ("kueue-admission", "Workload")}
+        # events.k8s.io/v1 from the scheduler's recorder (client-go tools/events, as Kueue v0.19.2 records):
+        # the core/v1 view names it in reportingComponent and has no source
+        raw_events = (await env.http.request("GET", EVENTS_V1.path("default")))["items"]
+        assert {(e["reportingController"], e["reportingInstance"], e["regarding"]["kind"], e["action"] == e["reason"])
+                for e in raw_events} == {("kueue-admission", "kueue-admission-kueue-controller-manager", "Workload",
+                                          True)}
+        core = (await env.http.request("GET", EVENTS.path("default")))["items"]
+        assert {(e["reportingComponent"], "source" in e) for e in core} == {("kueue-admission", False)}
         status = (await env.cq("cq"))["status"]
         assert (status["pendingWorkloads"], status["reservingWorkloads"], status["admittedWorkloads"]) == (2, 1, 1)
         assert status["flavorsUsage"] == [{"name": "vlp-24", "resources": [
@@ -151,7 +156,14 @@ async def test_no_preemption_by_default(tmp_path: Path) -> None:
         assert env.timeline.of(world.PREEMPTED) == []
 
 
-async def test_retry_evicts_requeues_after_backoff_and_reserves_again(tmp_path: Path) -> None:
+async def test_retry_holds_the_quota_until_requeue_at_then_evicts_and_reserves_again(tmp_path: Path) -> None:
+    """Kueue v0.19.2 keeps the quota through a Retry backoff: ``WorkloadReconciler.Reconcile``
+    (``pkg/controller/core/workload_controller.go``) first sets ``requeueState.requeueAt`` from the Retry check
+    (``workload.NeedsRequeueAtUpdate`` / ``GetMaxRetryTime`` / ``SetRequeueState(wl, t, false)``, no count) and
+    returns ``RequeueAfter`` while it is ahead; only then ``reconcileCheckBasedEviction`` evicts, and the
+    Workload is reserved again at once (its ``requeueAt`` has passed). Seen on a real cluster: the failed
+    request is kept and the quota held until ``requeueAt``, then eviction and re-reservation within ~0.1 s.
+    (The emulator used to evict at once and wait out the backoff unreserved, and counted the retry.)"""
     async with kueue_cluster(tmp_path) as env:
         await tpu_queue(env, checks=["prov"])
         await env.add_workload(chips("train", 16))
@@ -162,32 +174,59 @@ async def test_retry_evicts_requeues_after_backoff_and_reserves_again(tmp_path: 
         assert not condition(wl, "Admitted")  # waits for its check
 
         failed_at = env.now
+        # a controller that moves lastTransitionTime with the state (Kueue's own does not: see test_prov_lifecycle)
         await env.set_check("train", "prov", "Retry", "Retrying after failure: no capacity", requeue_after=60)
         await env.settle()
         wl = await env.wl("train")
-        message = 'Evicted due to AdmissionCheck in Retry state: "prov" (Retrying after failure: no capacity)'
-        assert {k: condition(wl, "Evicted")[k] for k in ("status", "reason", "message")} == {
-            "status": "True", "reason": "AdmissionCheck", "message": message}
-        assert "admission" not in wl["status"]
-        assert wl["status"]["requeueState"] == {"count": 1, "requeueAt": rfc3339(failed_at + 60)}
-        assert check_entry(wl, "prov") == {
-            "name": "prov", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Retry",
-            "lastTransitionTime": rfc3339(env.now), "requeueAfterSeconds": 60, "retryCount": 1}
-        assert ("Normal", "EvictedDueToAdmissionCheck", message) in await env.events("train")
+        assert condition(wl, "QuotaReserved")["status"] == "True" and "admission" in wl["status"]
+        assert not condition(wl, "Evicted")
+        assert wl["status"]["requeueState"] == {"requeueAt": rfc3339(failed_at + 60)}  # no count
+        assert check_entry(wl, "prov")["state"] == "Retry"
+        assert await env.reserved() == ["train"]
         assert env.kueue.next_wake() == failed_at + 60
 
         env.advance(59)
-        assert await env.settle() == 0 and await env.reserved() == []
+        assert await env.settle() == 0 and await env.reserved() == ["train"]
         env.advance(1)
         await env.settle()
         wl = await env.wl("train")
-        assert await env.reserved() == ["train"]
+        message = 'Evicted due to AdmissionCheck in Retry state: "prov" (Retrying after failure: no capacity)'
+        assert ("Normal", "EvictedDueToAdmissionCheck", message) in await env.events("train")
+        assert await env.reserved() == ["train"]  # evicted and reserved again in the same instant
         assert (condition(wl, "Requeued")["status"], condition(wl, "Requeued")["reason"]) == ("True", "BackoffFinished")
         assert (condition(wl, "Evicted")["status"], condition(wl, "Evicted")["message"]) == (
             "False", f"Previously: {message}")
-        assert "requeueAt" not in wl["status"]["requeueState"]
-        assert check_entry(wl, "prov")["retryCount"] == 1  # the next attempt's number comes from it
+        assert "requeueState" not in wl["status"]  # requeueAt cleared, and there never was a count
+        assert check_entry(wl, "prov") == {
+            "name": "prov", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Retry",
+            "lastTransitionTime": rfc3339(env.now), "requeueAfterSeconds": 60, "retryCount": 1}
         assert env.kueue.next_wake() is None
+        assert [e.kind for e in env.timeline.entries] == [world.QUOTA_RESERVED, world.EVICTED, world.QUOTA_RESERVED]
+
+
+async def test_retry_past_its_requeue_at_evicts_at_once(tmp_path: Path) -> None:
+    """``NeedsRequeueAtUpdate`` returns nil when the Retry check's ``lastTransitionTime + requeueAfterSeconds``
+    has already passed, so ``reconcileCheckBasedEviction`` evicts in the same reconcile and no ``requeueAt`` is
+    set at all (seen: eviction 0.0-0.1 s after Retry when the check's time is older than the backoff)."""
+    async with kueue_cluster(tmp_path) as env:
+        await tpu_queue(env, checks=["prov"])
+        await env.add_workload(chips("train", 16))
+        await env.settle()
+        added_at = env.now
+        env.advance(300)
+        entry = {"name": "prov", "state": "Retry", "message": "Retrying after failure: no capacity",
+                 "lastTransitionTime": rfc3339(added_at), "requeueAfterSeconds": 60}
+        await env.http.request("PATCH", WORKLOADS.path("default", "train", "status"), content_type=APPLY,
+                               query={"fieldManager": CHECK_MANAGER, "force": True},
+                               body={"apiVersion": KUEUE, "kind": "Workload",
+                                     "metadata": {"name": "train", "namespace": "default"},
+                                     "status": {"admissionChecks": [entry]}})
+        assert await env.sync() is True  # evicts
+        wl = await env.wl("train")
+        assert condition(wl, "Evicted")["reason"] == "AdmissionCheck" and "admission" not in wl["status"]
+        assert "requeueState" not in wl["status"]
+        await env.settle()
+        assert await env.reserved() == ["train"]
         assert [e.kind for e in env.timeline.entries] == [world.QUOTA_RESERVED, world.EVICTED, world.QUOTA_RESERVED]
 
 
@@ -232,8 +271,14 @@ async def test_user_deactivation_evicts(tmp_path: Path) -> None:
 
 
 async def test_two_managers_share_the_check_entry_without_clobbering(tmp_path: Path) -> None:
-    """The check controller owns state/message/podSetUpdates it applies; Kueue's writes keep them, and Kueue's
-    forced reset after an eviction takes them over, then hands them back on the controller's next apply."""
+    """The check controller owns the entry fields it applies; Kueue's writes keep them. Kueue's reset after an
+    eviction (``evict.resetChecksOnEviction`` inside one forced apply by ``patching.PatchAdmissionStatus``, no
+    follow-up write) takes over what it sets and leaves out ``podSetUpdates`` and, after any state but Retry,
+    ``retryCount``: the server keeps a left-out field another manager still owns. Kueue's provisioning
+    controller applies whole entries (``syncCheckStates``), so it owns both, and both survive the reset: seen on
+    a real v0.19.2 cluster, ``retryCount`` stays 2 after a Rejected check is reset, owned by
+    ``kueue.x-k8s.io/provisioning-request`` (together with ``requeueAfterSeconds``). The emulator used to remove
+    them with a JSON patch after the reset."""
     async with kueue_cluster(tmp_path) as env:
         await tpu_queue(env, checks=["prov"])
         await env.add_workload(chips("train", 16))
@@ -248,17 +293,18 @@ async def test_two_managers_share_the_check_entry_without_clobbering(tmp_path: P
                                            "lastTransitionTime": rfc3339(env.now), "podSetUpdates": updates}
 
         env.advance(5)
-        # the controller still applies its podSetUpdates: only Kueue's reset can remove them
         await env.set_check("train", "prov", "Retry", "failed", requeue_after=30, pod_set_updates=updates)
-        await env.settle()
+        await env.settle()  # the quota is held until requeueAt
+        env.advance(30)
+        await env.settle()  # evicted, reset, reserved again
         entry = check_entry(await env.wl("train"), "prov")
         assert entry == {"name": "prov", "state": "Pending", "lastTransitionTime": rfc3339(env.now),
                          "message": "Reset to Pending after eviction. Previously: Retry", "requeueAfterSeconds": 30,
-                         "retryCount": 1}  # podSetUpdates dropped, although the controller had applied them
+                         "retryCount": 1, "podSetUpdates": updates}  # still owned by the controller
+        assert await env.reserved() == ["train"]
 
-        env.advance(30)
-        await env.settle()  # reserved again
-        await env.set_check("train", "prov", "Pending", "")  # the controller's next attempt
+        # the controller's next apply, as Kueue's does it: the entry whole, retryCount included
+        await env.set_check("train", "prov", "Pending", "", requeue_after=30, retry_count=1)
         assert await env.settle() == 0
         wl = await env.wl("train")
         assert check_entry(wl, "prov") == {"name": "prov", "state": "Pending", "message": "",
@@ -266,8 +312,17 @@ async def test_two_managers_share_the_check_entry_without_clobbering(tmp_path: P
                                            "retryCount": 1}
         owners = {e["manager"]: e["fieldsV1"]["f:status"].get("f:admissionChecks", {}).get('k:{"name":"prov"}', {})
                   for e in wl["metadata"]["managedFields"] if e.get("subresource") == "status"}
-        assert "f:retryCount" in owners["kueue-admission"] and "f:retryCount" not in owners[CHECK_MANAGER]
+        assert "f:retryCount" in owners["kueue-admission"] and "f:retryCount" in owners[CHECK_MANAGER]
         assert "f:message" in owners[CHECK_MANAGER] and "f:message" not in owners["kueue-admission"]
+
+        # Rejected: the deactivation's reset leaves retryCount out of Kueue's apply; the controller keeps it
+        await env.set_check("train", "prov", "Rejected", "no capacity", requeue_after=30, retry_count=1)
+        await env.settle()
+        wl = await env.wl("train")
+        assert wl["spec"]["active"] is False and condition(wl, "Evicted")["reason"] == "DeactivatedDueToAdmissionCheck"
+        assert check_entry(wl, "prov") == {
+            "name": "prov", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Rejected",
+            "lastTransitionTime": rfc3339(env.now), "requeueAfterSeconds": 30, "retryCount": 1}
 
 
 async def test_inactive_cluster_queue_with_a_missing_admission_check(tmp_path: Path) -> None:
@@ -343,11 +398,12 @@ async def test_second_pass_writes_nothing(tmp_path: Path) -> None:
                      *(await env.http.request("GET", CLUSTERQUEUES.path()))["items"]]
             return {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
 
-        before = (await versions(), len(env.timeline.entries), env.kueue.events.sent)
+        before = (await versions(), len(env.timeline.entries), sum(r.sent for r in env.kueue.recorders.values()))
         env.advance(1000)
         assert await env.sync() is False
         assert await env.sync() is False
-        assert (await versions(), len(env.timeline.entries), env.kueue.events.sent) == before
+        sent = sum(r.sent for r in env.kueue.recorders.values())
+        assert (await versions(), len(env.timeline.entries), sent) == before
 
 
 async def test_quota_of_a_workload_evicted_by_someone_else_is_released(tmp_path: Path) -> None:

@@ -33,7 +33,13 @@ def reserved(checks: Sequence[dict[str, Any]] = (), *, admitted: bool = False, e
     return parse_workload(obj)
 
 
-def test_retry_evicts_with_backoff_and_resets_checks() -> None:
+def test_retry_evicts_and_resets_checks_without_counting_on_the_workload() -> None:
+    """``reconcileCheckBasedEviction`` (``pkg/controller/core/workload_controller.go``) calls ``evict.Evict``,
+    which leaves ``status.requeueState`` alone: Kueue v0.19.2 keeps no retry count on the Workload for an
+    admission check eviction (only ``workload.UpdateRequeueState``, for a PodsReady timeout, moves
+    ``requeueState.count``); ``requeueAt`` was set earlier, while the quota was held (``requeue_at_update``).
+    ``evict.resetChecksOnEviction`` resets the checks; its apply leaves ``podSetUpdates`` (and ``retryCount`` of
+    a check that was not Retry) out."""
     wl = reserved([{"name": "prov", "state": "Retry", "message": "Retrying after failure: no capacity",
                     "requeueAfterSeconds": 600, "podSetUpdates": [{"name": "main"}]},
                    {"name": "other", "state": "Ready", "retryCount": 3}], admitted=True,
@@ -49,8 +55,7 @@ def test_retry_evicts_with_backoff_and_resets_checks() -> None:
     assert edit.conditions["Admitted"]["reason"] == "NoReservationUnsatisfiedChecks"
     assert (edit.conditions["Requeued"]["status"], edit.conditions["Requeued"]["reason"]) == ("False", "AdmissionCheck")
     assert edit.admission is None
-    # requeueAt = the Retry check's transition + requeueAfterSeconds; the count goes up by one
-    assert edit.requeue_state == {"count": 3, "requeueAt": rfc3339(T0 + 10 + 600)}
+    assert edit.requeue_state is KEEP  # an existing count (from elsewhere) is neither raised nor dropped
     assert edit.checks == {
         "prov": {"name": "prov", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Retry",
                  "lastTransitionTime": rfc3339(NOW), "requeueAfterSeconds": 600, "retryCount": 1},
@@ -70,7 +75,7 @@ def test_retry_evicts_with_backoff_and_resets_checks() -> None:
 def test_retry_messages(checks: list[dict[str, Any]], message: str) -> None:
     edit = lifecycle.check_based_eviction(reserved(checks), NOW)
     assert edit is not None and edit.conditions["Evicted"]["message"] == message
-    assert edit.requeue_state == {"count": 1}  # no requeueAfterSeconds: no requeueAt
+    assert edit.requeue_state is KEEP
 
 
 def test_rejected_deactivates() -> None:
@@ -177,6 +182,38 @@ def test_admission_waits_for_every_check(states: list[str], wanted: tuple[str, .
     assert (set(edit.checks) if edit else set()) == adds
 
 
+def test_retry_time_becomes_requeue_at_while_the_quota_is_held() -> None:
+    """Kueue's ``workload.NeedsRequeueAtUpdate`` + ``SetRequeueState(wl, t, false)`` (``pkg/workload``), the first
+    step of ``WorkloadReconciler.Reconcile``: the latest Retry check ``lastTransitionTime +
+    requeueAfterSeconds`` (``GetMaxRetryTime``) becomes ``requeueAt`` when it is ahead and later than the current
+    one; nothing else is written, and the Workload (active, ``requeueAt`` ahead) is then left alone, quota and
+    all, until that time."""
+    wl = reserved([{"name": "prov", "state": "Retry", "requeueAfterSeconds": 600},
+                   {"name": "b", "state": "Retry", "requeueAfterSeconds": 60},
+                   {"name": "c", "state": "Pending", "requeueAfterSeconds": 9000}])
+    edit = lifecycle.requeue_at_update(wl, NOW)
+    assert edit is not None and edit.requeue_state == {"requeueAt": rfc3339(T0 + 10 + 600)}
+    assert not edit.conditions and not edit.checks and edit.admission is KEEP and not edit.events
+    assert not lifecycle.holds_for_backoff(wl, NOW)  # requeueAt not written yet
+
+    held = reserved([{"name": "prov", "state": "Retry", "requeueAfterSeconds": 600}],
+                    extra={"requeueState": {"requeueAt": rfc3339(T0 + 10 + 600)}})
+    assert lifecycle.requeue_at_update(held, NOW) is None  # already there
+    assert lifecycle.holds_for_backoff(held, NOW) and not lifecycle.holds_for_backoff(held, T0 + 610)
+    assert not lifecycle.holds_for_backoff(reserved([{"name": "prov", "state": "Retry", "requeueAfterSeconds": 600}],
+                                                    extra={"requeueState": {"requeueAt": rfc3339(T0 + 610)}},
+                                                    active=False), NOW)  # deactivation does not wait
+    counted = reserved([{"name": "prov", "state": "Retry", "requeueAfterSeconds": 600}],
+                       extra={"requeueState": {"count": 2, "requeueAt": rfc3339(NOW)}})
+    edit = lifecycle.requeue_at_update(counted, NOW)
+    assert edit is not None and edit.requeue_state == {"count": 2, "requeueAt": rfc3339(T0 + 610)}
+
+    # the retry time has passed (the check's lastTransitionTime is older than its backoff): nothing to wait for
+    late = reserved([{"name": "prov", "state": "Retry", "requeueAfterSeconds": 60}])
+    assert lifecycle.requeue_at_update(late, NOW) is None and not lifecycle.holds_for_backoff(late, NOW)
+    assert lifecycle.check_based_eviction(late, NOW) is not None
+
+
 def test_backoff() -> None:
     requeued = {"type": "Requeued", "status": "False", "reason": "AdmissionCheck", "message": "x",
                 "lastTransitionTime": rfc3339(T0)}
@@ -189,6 +226,11 @@ def test_backoff() -> None:
     assert (edit.conditions["Requeued"]["status"], edit.conditions["Requeued"]["reason"],
             edit.conditions["Requeued"]["message"]) == ("True", "BackoffFinished", "The workload backoff was finished")
     assert lifecycle.must_be_gone(edit) == []
+    # without a count, clearing requeueAt leaves an empty requeueState, which Kueue's apply leaves out
+    # (``patching.admissionStatusPatch``): the field goes
+    obj["status"]["requeueState"] = {"requeueAt": rfc3339(NOW)}
+    edit = lifecycle.backoff_finished(parse_workload(obj), NOW)
+    assert edit is not None and edit.requeue_state is None and lifecycle.must_be_gone(edit) == ["requeueState"]
 
 
 def test_waiting_writes_only_changes() -> None:
