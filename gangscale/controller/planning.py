@@ -76,7 +76,7 @@ def rebook(lost: Sequence[RequestState], sources: Mapping[str, GangSource], view
         consumed = consumed_on((p.node, p.requests) for p in source.consumers(st))
         st.booking = rebuilt_booking(gang, own, consumed, replace(snapshot, bookings=tuple(bookings)),
                                      {step.pool for step in st.record.steps}, now, policy,
-                                     taken=rebuilt_on - own_nodes[st.key])
+                                     taken=rebuilt_on - own_nodes[st.key], recorded=st.record.nodes)
         bookings.extend(live_bookings(st.key, st.booking, consumed, view.nodes))
     if not on_free:
         return

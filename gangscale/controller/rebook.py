@@ -14,7 +14,8 @@ happens to be free: those nodes were made for it, Kueue may pin its pods to the 
    that just turned Ready may still carry ``not-ready`` for a moment). If it fits, that plan is the booking,
    exactly as the original decision's was.
 3. Otherwise the original plan also used free room on nodes it did not make: the gang is planned onto its own
-   nodes plus as little of the free capacity of the pools its scale-up used as it can do with, and own nodes
+   nodes plus as little of the free capacity of the pools its scale-up used (and of the existing nodes the record
+   names, held while the scale-up came up) as it can do with, and own nodes
    that plan does not use stay held whole. The own nodes of every other request rebuilt in the same pass are
    not free capacity, though no booking holds them yet: taking them would leave the free node this request had
    booked unprotected, for scale-down to remove while Kueue counts on it (found by ``hack/chaos.py``).
@@ -48,11 +49,12 @@ def as_booked_for(node: NodeState, consumed: ResourceList) -> NodeState:
 
 def rebuilt_booking(gang: Gang | None, own: Iterable[NodeState], consumed: Mapping[str, ResourceList],
                     snapshot: Snapshot, pools: Iterable[str], now: float, policy: Policy,
-                    taken: Collection[str] = ()) -> Booked:
+                    taken: Collection[str] = (), recorded: Collection[str] = ()) -> Booked:
     """The booking of a request whose scale-up made ``own``; see the module docstring.
 
     ``snapshot`` is the cluster with every other booking in it; ``pools`` are the pools the scale-up used;
-    ``taken`` are nodes that other requests' bookings are being rebuilt on.
+    ``taken`` are nodes that other requests' bookings are being rebuilt on; ``recorded`` are the existing nodes
+    the scale-up's record says the plan used.
     """
     mine = [as_booked_for(node, consumed.get(node.name, EMPTY)) for node in own]
     held: Booked = {node.name: node.allocatable for node in mine}
@@ -62,7 +64,8 @@ def rebuilt_booking(gang: Gang | None, own: Iterable[NodeState], consumed: Mappi
     if alone.outcome is Outcome.FITS:
         return {**held, **planned_booking(gang, alone, {})}
     names, used = set(held) | set(taken), set(pools)
-    others = [node for node in snapshot.nodes if node.name not in names and node.pool in used]
+    others = [node for node in snapshot.nodes
+              if node.name not in names and (node.pool in used or node.name in recorded)]
     wider = _fewest_others(gang, mine, others, snapshot, now, policy)
     if wider is not None:
         return {**held, **planned_booking(gang, wider, {})}

@@ -283,7 +283,7 @@ def decided(st: RequestState, decision: Decision, ctx: Context, acts: Actions) -
             steps = tuple(Step(s.pool, s.units, step_token(st.request.uid, st.attempts, i, now, st.request.version))
                           for i, s in enumerate(decision.steps))
             st.record = Record(st.attempts, OBTAINING, now + settings.max_node_provision_time, steps,
-                               settings.identity)
+                               settings.identity, nodes=tuple(sorted({p.node for p in decision.placements})))
             st.set(C.PROVISIONED, False, C.R_IN_PROGRESS, f"{summarize(decision)}: obtaining the units", stamp)
             st.event(NORMAL, "ScaleUp", summarize(decision))
             acts.scale_up.append(st)

@@ -45,6 +45,10 @@ def held(st: RequestState, view: ClusterView, consumers: Iterable[PodInfo]) -> H
                         for got in st.obtained.values() for name in got.node_names if name in view.nodes]
             if st.gang is not None and st.decision is not None:
                 bookings += live_bookings(st.key, planned_booking(st.gang, st.decision, {}), consumed, view.nodes)
+            else:
+                # Resumed after a restart: the plan is not known, only which existing nodes it used; held whole.
+                bookings += [Booking(st.key, name, view.nodes[name].state.allocatable)
+                             for name in st.record.nodes if name in view.nodes]
             return Holding(tuple(bookings), tuple(inflight))
     return NOTHING
 

@@ -47,6 +47,8 @@ class Case:
     bookings: tuple[Booking, ...] = ()
     #: Own nodes of other requests rebuilt in the same pass.
     taken: tuple[str, ...] = ()
+    #: Existing nodes the scale-up's record names.
+    recorded: tuple[str, ...] = ()
 
 
 CASES = [
@@ -78,6 +80,9 @@ CASES = [
     Case("own-nodes-the-wider-plan-leaves-unused-stay-held-whole", gang(3, cpu="8"),
          (node("new-0", used="12"), node("new-1")), {"a-free": "8", "new-0": "16", "new-1": "16"},
          others=(node("a-free", used="8"),)),
+    Case("existing-nodes-the-record-names-are-used-in-a-pool-the-scale-up-did-not-use", gang(3),
+         (node("new-0"), node("new-1")), {"a-free": "12", "new-0": "12", "new-1": "12"},
+         others=(node("a-free", of=OTHER, used="4"),), recorded=("a-free",)),
     Case("without-a-gang-every-own-node-is-held-whole", None, (node("new-0"), node("new-1")),
          {"new-0": "16", "new-1": "16"}),
 ]
@@ -87,6 +92,7 @@ CASES = [
 def test_rebuilt_booking(case: Case) -> None:
     snap = snapshot([CPU, OTHER], [*case.own, *case.others], case.bookings)
     consumed = {name: cpu(amount) for name, amount in case.consumed.items()}
-    booked = rebuilt_booking(case.gang, case.own, consumed, snap, {"cpu"}, NOW, Policy(), taken=case.taken)
+    booked = rebuilt_booking(case.gang, case.own, consumed, snap, {"cpu"}, NOW, Policy(), taken=case.taken,
+                             recorded=case.recorded)
     assert {name: held.get("cpu") for name, held in booked.items()} == {
         name: cpu(amount).get("cpu") for name, amount in case.want.items()}

@@ -351,6 +351,14 @@ def test_the_reclaim_time_survives_the_record(reclaim: float | None, kept: float
     assert parse_detail(record.to_detail()) == replace(record, reclaim=kept)
 
 
+def test_a_scale_up_that_also_uses_existing_nodes_records_them_for_a_restart() -> None:
+    st = state(version="42")
+    decision = replace(SCALE_UP, placements=(Placement("w", "n2", 1), Placement("w", "n1", 1)))
+    decided(st, decision, ctx(), Actions())
+    assert st.record is not None and st.record.nodes == ("n1", "n2")
+    assert parse_detail(st.record.to_detail()) == st.record
+
+
 def test_a_booked_node_seen_then_removed_revokes_the_booking() -> None:
     st, world = provisioned_state(), World(present={"n1"})
     acts = Actions()

@@ -12,6 +12,7 @@ import pytest
 from tests.crash.harness import (
     CPU_TEMPLATE,
     GPU_TEMPLATE,
+    POOLS,
     TPU_TEMPLATE,
     Cluster,
     crash_cluster,
@@ -94,6 +95,43 @@ async def test_a_restarted_process_books_the_requests_own_new_nodes(tmp_path: Pa
         assert {"a-static-0", "a-static-1"} <= cluster.nodes.alive.keys()
         provisioned = await cluster.condition("multislice", "Provisioned")
         assert provisioned is not None and provisioned["status"] == "True"
+        assert await second.stop() == 0
+        assert tracebacks(second) == []
+
+
+async def test_a_resumed_scale_up_keeps_the_existing_unit_its_plan_also_used(tmp_path: Path) -> None:
+    # Found by hack/chaos.py: a new leader resumed a scale-up planned as "+1 slice and 2 pods on an existing idle
+    # slice", scaled the existing slice down as empty while the new one came up, and wrote Provisioned=True on the
+    # new slice alone.
+    async with crash_cluster(tmp_path) as cluster:
+        await cluster.template("slice-host", TPU_TEMPLATE)
+        await cluster.template("cpu-worker", CPU_TEMPLATE)
+        first = await cluster.start_gangscale("--scale-down-unneeded-time", "1h")
+        await cluster.provreq("early", "slice-host", 2, parameters={"bookingSeconds": "1"})
+        expired = ("True", "CapacityReservationTimeExpired")
+        await wait_until_async(lambda: condition_is(cluster, "early", "BookingExpired", expired),
+                               "the first slice's booking to end")
+        idle = {n["metadata"]["name"] for n in await cluster.pr_nodes("early")}
+        assert len(idle) == 2
+        await cluster.hold(**{**STATUS, "body_contains": "obtained"})
+        await cluster.provreq("multislice", "slice-host", 4)
+        await cluster.kill_when_held(first)
+        detail = recorded_tokens(await cluster.pr("multislice"))
+        assert len(detail) == 1, detail
+
+        # The resumed obtain takes a while (the chaos run's new leader met a node pool still being deleted), long
+        # enough for an idle unit to be scaled down meanwhile if nothing held it.
+        slow = tmp_path / "slow-pools.yaml"
+        slow.write_text(POOLS.replace("simulated: {provisionSeconds: 1}",
+                                      "simulated: {provisionSeconds: 1, latencySeconds: 4}"))
+        second = await cluster.start_gangscale("--scale-down-unneeded-time", "1s", "--config", str(slow))
+        await wait_until_async(lambda: condition_is(cluster, "multislice", "Provisioned",
+                                                    ("True", "CapacityIsProvisioned")), "Provisioned=True")
+        await cluster.provreq("yardstick", "cpu-worker", 1, parameters={"bookingSeconds": "1"})
+        await wait_until(lambda: any(name.startswith("cpu-") for name in cluster.nodes.deleted),
+                         "the yardstick unit to be scaled down")
+        gone = sorted(idle - cluster.nodes.alive.keys())
+        assert gone == [], f"the slice the plan used was scaled down: {gone}; alive: {sorted(cluster.nodes.alive)}"
         assert await second.stop() == 0
         assert tracebacks(second) == []
 
