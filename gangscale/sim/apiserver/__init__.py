@@ -16,11 +16,19 @@ What it reproduces of a real kube-apiserver (v1.36), module by module:
   CRD serves its resource at once; deleting it removes the resource and all its objects.
 - ``discovery``: ``/version``, legacy discovery documents, OpenAPI v3 (paths + CRD schemas).
 - ``api`` / ``strategies``: uid, one global monotonic resourceVersion, creationTimestamp, generateName,
-  generation (custom resources, CRDs, pods, jobs) bumped only by spec changes; create 201, get, list (with the
-  list resourceVersion, limit/continue), update with resourceVersion precondition (409), merge / JSON /
+  generation (custom resources, CRDs, pods, jobs) bumped only by spec changes; create 201, get, list (see
+  ``listing``), update with resourceVersion precondition (409), merge / JSON /
   strategic merge patch (strategic only for built-in kinds, 415 for custom resources, as upstream),
   server-side apply with managedFields and conflicts, delete with finalizers and deletionTimestamp,
   deletecollection, ``dryRun=All``, ``fieldValidation``; the status subresource split; per-kind defaults.
+- ``listing`` / ``store``: lists in etcd key order; ``limit``/``continue`` pages that are all read at the
+  first page's revision (objects created, changed or deleted between pages do not show), in O(page) each, with
+  the real continue token (``{"v","rv","start"}``, unpadded base64url), its 400s, ``remainingItemCount``
+  (unfiltered lists only), selectors applied within pages (pages fill past non-matching objects; the last
+  page can be empty); ``410 Expired`` with an inconsistent-continuation token when the page's revision has left
+  the window; ``resourceVersion`` / ``resourceVersionMatch`` (``Exact`` reads the past revision,
+  ``NotOlderThan``, the legacy exact rule with ``limit``, ``0`` ignoring ``limit``), 504 for a too-new
+  revision, the ``ListOptions`` 422s. ``store`` keeps the versions the watch window reaches (no copies).
 - ``validation`` / ``schemas``: structural-schema validation of custom resources (422 Invalid with field
   causes), CEL immutability rules ``self == oldSelf``; object metadata validation.
 - ``kindvalidation`` / ``podvalidation`` / ``resourcevalidation`` / ``quantity``: built-in kinds validated on
@@ -41,8 +49,10 @@ What it reproduces of a real kube-apiserver (v1.36), module by module:
   declare the upstream CRDs' columns and priorities) with JSONPath filters such as
   ``.status.conditions[?(@.type=="Admitted")].status``. ``includeObject`` ``Metadata``/``Object``/``None``
   is honoured (``kubectl get --sort-by`` asks for ``Object``).
-- ``controllers``: garbage collection, namespace termination, node not-ready taint removal — the
-  kube-controller-manager's jobs, run next to the server as in a real cluster.
+- ``controllers``: garbage collection, namespace termination, the node lifecycle controller's taints and (turned
+  on with ``controllers.monitor_node_health(clock)``) its health monitoring: Nodes whose Lease and status stop
+  being renewed go ``Unknown`` with the ``unreachable`` taints — the kube-controller-manager's jobs, run next to
+  the server as in a real cluster.
 - ``faults``: injected status codes / latency / Retry-After, dropped watch streams, forced 410s, a
   request log, an "API server down" switch.
 
@@ -51,9 +61,12 @@ What it does NOT reproduce (known gaps):
 - Authentication, authorization (RBAC), admission webhooks, API priority and fairness, audit.
 - Protobuf and CBOR encodings (JSON only; a request that accepts only protobuf gets 406); aggregated
   discovery (clients fall back to the legacy documents); OpenAPI v2 definitions.
-- List/watch consistency details: ``resourceVersionMatch=Exact`` and ``continue`` pages read the latest
-  state, not a snapshot at the first page's revision; a watch from a resourceVersion newer than the
-  current one starts at once instead of waiting for the cache to catch up.
+- List/watch consistency details: the window is one per resource and counted in events (the real server
+  keeps etcd's history for about 5 minutes and a watch cache sized by time), so a continue token or an
+  ``Exact`` list expires after ``--watch-window`` changes of that resource, not after minutes; a list or
+  watch at a resourceVersion newer than the current one is answered at once (list: 504; watch: starts)
+  instead of waiting up to 3 s for the cache to catch up. See ``listing`` for the token decoder's wording
+  of JSON errors.
 - Graceful pod deletion: there is no kubelet, so a pod is removed at once (as with
   ``--grace-period=0``); the pod ``eviction`` and ``ephemeralcontainers`` subresources are not served.
 - Jobs: no Job controller runs here (``gangscale.sim.jobs`` emulates it as a separate component); deleting

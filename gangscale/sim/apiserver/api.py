@@ -7,7 +7,6 @@ A write that changes nothing keeps the resourceVersion and emits no watch event.
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import uuid
@@ -20,11 +19,20 @@ import yaml
 
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver import fielderrors as fe
-from gangscale.sim.apiserver import fieldmanager, kindvalidation, patching, quantity, strategies, validation
+from gangscale.sim.apiserver import (
+    fieldmanager,
+    kindvalidation,
+    listing,
+    patching,
+    quantity,
+    strategies,
+    validation,
+)
 from gangscale.sim.apiserver.conversion import from_storage, storage_view, to_storage
 from gangscale.sim.apiserver.deletion import DeletionVerbs
 from gangscale.sim.apiserver.errors import StatusError
 from gangscale.sim.apiserver.jsoncopy import json_copy
+from gangscale.sim.apiserver.listing import ListOptions
 from gangscale.sim.apiserver.resources import Registry, ResourceType, StorageKey, storage_key
 from gangscale.sim.apiserver.store import Store
 
@@ -124,19 +132,9 @@ class ObjectAPI(DeletionVerbs):
         return from_storage(rt, self._stored(rt, ns, name))
 
     def list_objects(self, rt: ResourceType, ns: str | None, *, matches: Callable[[JSON], bool],
-             limit: int | None = None, continue_token: str | None = None) -> JSON:
-        items = [from_storage(rt, o) for o in self.store.items(storage_key(rt), ns if rt.namespaced else None)]
-        items = [o for o in items if matches(o)]
-        start = 0
-        if continue_token:
-            start = _decode_continue(continue_token)
-        page = items[start:]
-        meta: JSON = {"resourceVersion": str(self.store.resource_version)}
-        if limit and limit > 0 and len(page) > limit:
-            meta["continue"] = _encode_continue(start + limit, self.store.resource_version)
-            meta["remainingItemCount"] = len(page) - limit
-            page = page[:limit]
-        return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": page}
+                     options: ListOptions | None = None, filtered: bool = True) -> JSON:
+        """A list (one page of it with ``options.limit``): see :mod:`listing`. ``filtered``: a selector was given."""
+        return listing.list_objects(self.store, rt, ns, matches, options or ListOptions(), filtered=filtered)
 
     # --- create --------------------------------------------------------------------------------------
 
@@ -421,14 +419,3 @@ def _same_ignoring_managed_times(a: JSON, b: JSON) -> bool:
     fa, fb = ma.get("managedFields") or [], mb.get("managedFields") or []
     return len(fa) == len(fb) and all(_without(x, "time") == _without(y, "time") for x, y in zip(fa, fb, strict=True))
 
-
-def _encode_continue(offset: int, rv: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"o": offset, "rv": rv}).encode()).decode()
-
-
-def _decode_continue(token: str) -> int:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return int(data["o"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise E.bad_request(f"invalid value for continue token: {exc}") from exc

@@ -40,6 +40,8 @@ class StatusError(Exception):
     name: str = ""
     causes: list[Cause] = field(default_factory=list)
     retry_after_seconds: int | None = None
+    #: The Status's ``metadata`` (a ListMeta): a 410 on an expired continue token carries a new ``continue``.
+    list_meta: JSON = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -48,7 +50,7 @@ class StatusError(Exception):
         body: JSON = {
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": dict(self.list_meta),
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,

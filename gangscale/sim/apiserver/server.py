@@ -10,6 +10,7 @@ import contextlib
 import json
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from gangscale.sim.apiserver.controllers import ControllerManager
 from gangscale.sim.apiserver.deletion import DeleteOptions
 from gangscale.sim.apiserver.errors import StatusError
 from gangscale.sim.apiserver.faults import Fault, Faults, LoggedRequest
+from gangscale.sim.apiserver.listing import ListOptions
 from gangscale.sim.apiserver.resources import Registry, ResourceType, storage_key
 from gangscale.sim.apiserver.routing import Target, resolve
 from gangscale.sim.apiserver.store import DEFAULT_WINDOW, Store
@@ -219,7 +221,7 @@ class EmbeddedAPIServer:
             raise E.bad_request(f"fieldValidation {fv!r} is invalid: must be one of Ignore, Warn, or Strict")
         return WriteContext(manager=manager, manager_explicit=explicit, dry_run=bool(dry), field_validation=fv)
 
-    def _matcher(self, request: web.Request, rt: ResourceType) -> Callable[[JSON], bool]:
+    def _matcher(self, request: web.Request, rt: ResourceType) -> _Matcher:
         label_sel = selectors.parse_label_selector(request.query.get("labelSelector", ""))
         field_sel = selectors.parse_field_selector(request.query.get("fieldSelector", ""))
         field_sel = selectors.check_field_selector(field_sel, rt.kind if not rt.custom else "",
@@ -237,7 +239,7 @@ class EmbeddedAPIServer:
                 fields = selectors.field_set(rt.kind, obj, namespaced=rt.namespaced)
             return field_sel.matches(fields)
 
-        return matches
+        return _Matcher(matches, empty=label_sel.empty() and field_sel.empty())
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -274,10 +276,9 @@ class EmbeddedAPIServer:
         if verb == "get":
             return self._respond(request, rt, self.api.get(rt, ns, t.name or ""), 200)
         if verb == "list":
-            limit = request.query.get("limit")
-            body = self.api.list_objects(rt, t.namespace, matches=self._matcher(request, rt),
-                                 limit=int(limit) if limit and limit.isdigit() else None,
-                                 continue_token=request.query.get("continue"))
+            matcher = self._matcher(request, rt)
+            body = self.api.list_objects(rt, t.namespace, matches=matcher, options=_list_options(request),
+                                         filtered=not matcher.empty)
             return self._respond(request, rt, body, 200)
         ctx = self._context(request)
         if verb == "create":
@@ -342,6 +343,26 @@ class EmbeddedAPIServer:
                              f'pod {t.name} is already assigned to node "{current}"')
         self.api.bind_pod(t.namespace or "", t.name or "", node, ctx)
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, 201)
+
+
+@dataclass(frozen=True)
+class _Matcher:
+    """A request's label and field selectors: whether an object passes, and whether there are any."""
+
+    matches: Callable[[JSON], bool]
+    empty: bool
+
+    def __call__(self, obj: JSON) -> bool:
+        return self.matches(obj)
+
+
+def _list_options(request: web.Request) -> ListOptions:
+    limit = request.query.get("limit", "")
+    return ListOptions(limit=int(limit) if limit.isdigit() else 0,
+                       continue_token=request.query.get("continue", ""),
+                       resource_version=request.query.get("resourceVersion", ""),
+                       resource_version_match=request.query.get("resourceVersionMatch", ""),
+                       send_initial_events="sendInitialEvents" in request.query)
 
 
 def _check_accept(accept: str) -> None:
