@@ -8,7 +8,7 @@ throttling, server errors and lost connections are TRANSIENT, anything else PERM
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gangscale.clock import Clock
 from gangscale.providers.base import ErrorClass, ProviderError
@@ -53,6 +53,10 @@ class PoolFaults:
     #: The next new obtain makes every unit but answers with only this many of them: a cloud (or provider)
     #: whose answer lost units. The caller must not take the short answer for the whole (one-shot).
     short_answer: int | None = None
+    #: Nodes (by name) whose kubelet has stopped: it renews no Lease and posts no status (a kubelet that died, a
+    #: node cut off from the API server), so the node lifecycle controller marks the node ``Unknown`` once its
+    #: grace period has passed. Taking a name out resumes the heartbeats (and the kubelet posts its status again).
+    heartbeat_stopped: set[str] = field(default_factory=set)
 
     def clear(self) -> None:
         """Turn every knob off."""
@@ -60,6 +64,7 @@ class PoolFaults:
         self.partial_grant = self.short_answer = None
         self.timeouts = self.transient_errors = 0
         self.call_latency = 0.0
+        self.heartbeat_stopped.clear()
 
 
 @dataclass(frozen=True, slots=True)

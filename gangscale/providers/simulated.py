@@ -10,6 +10,11 @@ What the cloud does, per pool (the pool file's ``simulated:`` section, camelCase
   ``Ready=False`` condition (the API server adds the ``not-ready`` taint); ``provisionSeconds`` of clock
   time later (default 60) a background task patches ``Ready=True`` into their status as a kubelet would,
   and the API server's node lifecycle controller lifts the taint.
+- From registration until it is deleted, every node's kubelet heartbeats as a v1.36 kubelet does
+  (:mod:`gangscale.providers.simnodes`): its Lease in ``kube-node-lease`` renewed every 10 s, its status posted
+  on change and every 5 minutes; so a real kube-controller-manager never marks it ``Unknown``.
+  ``heartbeats=False`` leaves that out (a simulation with no node lifecycle controller, spared a timer every
+  10 s).
 - The cloud's records *are* the Node objects: ``start()`` lists them and rebuilds which token obtained which
   units and how much stock is in use, and re-arms the Ready timers of nodes that are not Ready yet, so a
   new instance after a controller restart knows what earlier tokens obtained.
@@ -31,8 +36,9 @@ created (``rolled_back=True``); if that cleanup itself fails, the units stay rec
 
 Test knobs, per pool, through ``provider.faults(pool)`` (a mutable
 :class:`~gangscale.providers.simfaults.PoolFaults`): ``stockout``, ``quota``, ``partial_grant`` (one-shot),
-``never_ready``, ``timeouts`` (lost responses), ``transient_errors``, ``call_latency`` and ``short_answer``
-(one-shot: an answer that lost units). ``provider.calls``
+``never_ready``, ``timeouts`` (lost responses), ``transient_errors``, ``call_latency``, ``short_answer``
+(one-shot: an answer that lost units) and ``heartbeat_stopped`` (node names whose kubelet has stopped: no
+Lease renewal, no status). ``provider.calls``
 logs every obtain and release with its outcome. ``fence`` (the leader lease) is asked before every node create
 and delete: a process that lost the lease stops mid-obtain (TRANSIENT ``NOT_LEADER``) and does not roll back what
 the next leader will finish. The pool file's ``simulated:`` section sets the knobs' starting
@@ -92,6 +98,8 @@ from gangscale.providers.simfaults import (
 )
 from gangscale.providers.simnodes import (
     READY_AT_ANNOTATION,
+    Kubelet,
+    Kubelets,
     KubeRequests,
     NodeAPI,
     ReadyTimers,
@@ -156,8 +164,12 @@ class SimulatedProvider:
     claim = staticmethod(same_token)
 
     def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock, *,
-                 fence: Fence = unfenced) -> None:
+                 fence: Fence = unfenced, heartbeats: bool = True) -> None:
         self._clock = clock
+        #: The nodes' kubelets renew their Leases and report their status (``simnodes``). Off: they post Ready and
+        #: nothing else, for a simulation that runs no node lifecycle controller and would rather not have a timer
+        #: every 10 s of simulated time (a real cluster marks such nodes ``Unknown`` within a minute).
+        self._heartbeats = heartbeats
         self._pools: dict[str, NodePool] = {}
         for pool in pools:
             if pool.name in self._pools:
@@ -168,7 +180,8 @@ class SimulatedProvider:
         self._records: dict[str, _Record] = {}
         self._unit_token: dict[str, str] = {}
         self._nodes = NodeAPI(http, fence)
-        self._timers = ReadyTimers(clock, self._nodes)
+        self._kubelets = Kubelets(clock, self._nodes, self._heartbeat_stopped)
+        self._timers = ReadyTimers(clock, self._kubelets)
         # One mutation at a time per pool, so its stock is never oversold and a token is never worked on twice
         # at once (a token belongs to one pool); pools are independent, as a cloud's would be.
         self._locks = {name: asyncio.Lock() for name in self._pools}
@@ -201,13 +214,19 @@ class SimulatedProvider:
 
     @property
     def busy(self) -> bool:
-        """A Ready timer is marking nodes now (for harnesses that wait until the simulated cluster is quiet)."""
-        return self._timers.firing > 0
+        """A Ready timer is marking nodes now, or kubelets are heartbeating (for harnesses that wait until the
+        simulated cluster is quiet)."""
+        return self._timers.firing > 0 or self._kubelets.syncing
+
+    def _heartbeat_stopped(self, kubelet: Kubelet) -> bool:
+        faults = self._faults.get(kubelet.pool)
+        return faults is not None and kubelet.name in faults.heartbeat_stopped
 
     # --- NodePoolProvider ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Rebuild the inventory from the Node objects and re-arm the Ready timers of nodes not Ready yet."""
+        """Rebuild the inventory from the Node objects, re-arm the Ready timers of nodes not Ready yet, and start
+        the nodes' kubelets' heartbeats."""
         if self._started:
             return
         try:
@@ -215,6 +234,8 @@ class SimulatedProvider:
         except Exception as exc:
             raise api_error("", "listing nodes", exc) from exc
         self._rebuild(nodes)
+        if self._heartbeats:
+            self._kubelets.start()
         self._started = True
 
     async def obtain(self, pool: str, units: int, *, token: str, deadline: float) -> Obtained:
@@ -243,6 +264,7 @@ class SimulatedProvider:
 
     async def aclose(self) -> None:
         await self._timers.aclose()
+        await self._kubelets.aclose()
 
     # --- obtain -------------------------------------------------------------------------------------
 
@@ -335,7 +357,7 @@ class SimulatedProvider:
                          record.ready_at[unit.unit_id], self._clock.now())
         record.uncertain.add(name)
         try:
-            await self._nodes.create(body)
+            created = await self._nodes.create(body)
         except Exception as exc:
             if http_status(exc) != 409:
                 raise
@@ -347,9 +369,12 @@ class SimulatedProvider:
                                     f"node {name} exists and does not belong to unit {unit.unit_id}",
                                     pool=pool.name) from exc
             record.created.add(name)
+            if name not in self._kubelets:
+                self._kubelets.add(existing, ready=is_ready(existing), reported=self._clock.now())
             return False
         record.uncertain.discard(name)
         record.created.add(name)
+        self._kubelets.add(created, ready=False, reported=self._clock.now())
         return True
 
     async def _rollback(self, record: _Record, trace: CallTrace) -> bool:
@@ -367,6 +392,7 @@ class SimulatedProvider:
                     continue
                 try:
                     trace.nodes_deleted += await self._nodes.delete(name)
+                    self._kubelets.remove([name])
                 except ProviderError as exc:  # the fence: the lease went while rolling back
                     log.warning("simulated: stopped rolling back token %s: %s", record.token, exc.message)
                     return False
@@ -437,6 +463,7 @@ class SimulatedProvider:
             return
         for unit in record.units:
             if unit.unit_id == unit_id:
+                self._kubelets.remove(unit.nodes)
                 record.created.difference_update(unit.nodes)
                 record.uncertain.difference_update(unit.nodes)
                 record.armed.difference_update(unit.nodes)
@@ -470,12 +497,23 @@ class SimulatedProvider:
                 record.armed.update(unit_nodes)
                 record.ready_at[unit_id] = min(self._ready_at(pool, node) for node in unit_nodes.values())
             self._remember(record)
+            for unit_id, unit_nodes in units.items():
+                up = record.ready_at[unit_id] <= self._clock.now() and not self._faults[pool.name].never_ready
+                for node in unit_nodes.values():
+                    self._kubelets.add(node, ready=up or is_ready(node), reported=self._reported(node))
             if self._faults[pool.name].never_ready:
                 continue
             for unit_id, unit_nodes in units.items():
                 pending = sorted(name for name, node in unit_nodes.items() if not is_ready(node))
                 if pending and record.ready_at[unit_id] != NEVER:
                     self._timers.arm(unit_id, pending, record.ready_at[unit_id])
+
+    def _reported(self, node: JSON) -> float:
+        """When the node's kubelet last posted its status, as far as the node says (its Ready heartbeat)."""
+        conditions = (node.get("status") or {}).get("conditions") or []
+        ready: JSON = next((c for c in conditions if c.get("type") == "Ready"), {})
+        stamp = parse_rfc3339(ready.get("lastHeartbeatTime"))
+        return self._clock.now() if stamp is None else min(stamp, self._clock.now())
 
     def _ready_at(self, pool: NodePool, node: JSON) -> float:
         meta = node.get("metadata") or {}

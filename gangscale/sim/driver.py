@@ -111,7 +111,10 @@ class SimCluster:
         return http
 
     async def start_provider(self) -> SimulatedProvider:
-        provider = SimulatedProvider(await self.client("gangscale-simulated-cloud"), self.pools, self.clock)
+        # No node lifecycle controller runs in a scenario, so nothing would read the kubelets' heartbeats: they are
+        # left out (with them a scenario's simulated hours took 4-6 times as long in wall time).
+        provider = SimulatedProvider(await self.client("gangscale-simulated-cloud"), self.pools, self.clock,
+                                     heartbeats=False)
         self.provider = provider
         await provider.start()
         return provider

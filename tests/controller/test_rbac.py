@@ -1,11 +1,12 @@
-"""The ClusterRoles and the leader-election Role in deploy/ grant exactly what the running code asks the API
-server for.
+"""The ClusterRoles, the leader-election Role and the simulated kubelets' node-Lease Role in deploy/ grant exactly
+what the running code asks the API server for.
 
 The controller and the simulated cloud run a scenario that walks every code path that talks to the API
 (scale-up with a Workload owner, a template only a live GET finds, a failed request, a booking consumed,
 a PR deleted while its nodes come up, scale-down, a finished PR deleted after its TTL). The embedded API
 server logs every request with its RBAC verb; the controller's requests must equal the base ClusterRole's
-rules, and the cloud's must equal what the simulated-cloud overlay adds (reads it shares with the base).
+rules, and the cloud's must equal what the simulated-cloud overlay adds (reads it shares with the base): its
+ClusterRole for the Nodes, and its Role in kube-node-lease for the node Leases its kubelets renew (only there).
 
 Two replicas of the real leader elector, configured as the Deployment configures them, walk every path of
 the election (create the Lease, lose the race to create it, renew, stand by, lose the lease to failing
@@ -44,6 +45,21 @@ DAY = 86400.0
 
 def _rules(requests: list[LoggedRequest], agent: str) -> set[m.Rule]:
     return m.rules_from_requests(r for r in requests if r.user_agent.split("/")[0] == agent)
+
+
+def _node_leases_granted_exactly(requests: list[LoggedRequest]) -> set[m.Rule]:
+    """The simulated kubelets' node-Lease requests are in kube-node-lease only and need exactly what the overlay's
+    Role there grants; their rules (left out of the ClusterRole comparison)."""
+    leases = [r for r in requests if r.user_agent.split("/")[0] == "gangscale-simulated-cloud"
+              and r.resource == "leases"]
+    role = m.one(m.render(m.OVERLAY), "Role", "gangscale-simulated-node-leases")
+    assert {r.namespace for r in leases} == {role["metadata"]["namespace"]} == {helm.NODE_LEASE_NAMESPACE}
+    granted = m.role_rules(role)
+    used = {m.request_rule(r)[:3] for r in leases}
+    assert used == {rule[:3] for rule in granted}, (
+        f"the kubelets use {sorted(used)}, the Role grants {sorted(rule[:3] for rule in granted)}")
+    assert all(m.allows(granted, m.request_rule(r)) for r in leases)
+    return m.rules_from_requests(leases)
 
 
 async def test_the_cluster_roles_grant_exactly_what_the_code_uses(tmp_path: Path) -> None:
@@ -109,6 +125,7 @@ async def test_the_cluster_roles_grant_exactly_what_the_code_uses(tmp_path: Path
     cloud = _rules(requests, "gangscale-simulated-cloud")
     base = m.granted_rules(m.render(m.BASE))
     overlay = m.granted_rules(m.render(m.OVERLAY))
+    cloud -= _node_leases_granted_exactly(requests)
     # The Ray auth Secret is the one call the base's ClusterRole leaves out: overlays/ray-gcs grants it with a
     # Role in the RayCluster's namespace.
     secret_reads = [r for r in requests if r.user_agent.split("/")[0] == "gangscale" and r.resource == "secrets"]

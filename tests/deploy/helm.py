@@ -78,6 +78,15 @@ def expected_cluster_rules(*, ray: bool, dry_run: bool, simulated_live: bool, se
     return out
 
 
+#: Where the simulated cloud's kubelets keep their node Leases (overlays/simulated-cloud grants them there).
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+
+def simulated_node_lease_rules() -> set[m.NamedRule]:
+    """What overlays/simulated-cloud grants on the simulated kubelets' node Leases (in kube-node-lease)."""
+    return roles_by_namespace(m.render(m.OVERLAY))[NODE_LEASE_NAMESPACE]
+
+
 def roles_by_namespace(objects: list[JSON]) -> dict[str, set[m.NamedRule]]:
     """The namespaced Roles' grants, per namespace (several Roles in one namespace are merged)."""
     out: dict[str, set[m.NamedRule]] = {}

@@ -125,6 +125,9 @@ def test_rbac_grants_exactly_what_the_controller_calls_with_these_features(
     deployment = _deployment(objects)
     namespace = deployment["metadata"]["namespace"]
     roles = helm.roles_by_namespace(objects)
+    # The simulated kubelets' node Leases: when the simulated provider actuates, in kube-node-lease only.
+    node_leases = roles.pop(helm.NODE_LEASE_NAMESPACE, set())
+    assert node_leases == (helm.simulated_node_lease_rules() if features["live_sim"] else set())
     secret_namespaces = {ns for ns, rules in roles.items() if ("", "secrets", "get", "") in rules}
     assert secret_namespaces == features["secrets"] and namespace not in secret_namespaces
     assert all(rules == {("", "secrets", "get", "")} for ns, rules in roles.items() if ns != namespace)

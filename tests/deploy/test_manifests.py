@@ -103,6 +103,15 @@ SIMULATED_NODE_WRITES: set[m.Rule] = {
     ("", "nodes/status", "patch"),
 }
 
+#: Its simulated kubelets' node Leases (a Role in kube-node-lease, overlays/simulated-cloud only): any Lease there
+#: (each is named after its Node), read and created on the first renewal, updated after.
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+SIMULATED_NODE_LEASES: set[m.NamedRule] = {
+    ("coordination.k8s.io", "leases", "get", ""),
+    ("coordination.k8s.io", "leases", "create", ""),
+    ("coordination.k8s.io", "leases", "update", ""),
+}
+
 KUEUE_CRD_FILES = ("kueue.x-k8s.io_resourceflavors.yaml", "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
                    "kueue.x-k8s.io_admissionchecks.yaml", "kueue.x-k8s.io_clusterqueues.yaml",
                    "kueue.x-k8s.io_localqueues.yaml")
@@ -539,7 +548,8 @@ def test_overlay_changes_only_dry_run_and_node_rbac(base: list[JSON], overlay: l
     base_ids = {m.identity(o): o for o in base}
     added = [o for o in overlay if m.identity(o) not in base_ids]
     assert sorted((o["kind"], o["metadata"]["name"]) for o in added) == [
-        ("ClusterRole", "gangscale-simulated-nodes"), ("ClusterRoleBinding", "gangscale-simulated-nodes")]
+        ("ClusterRole", "gangscale-simulated-nodes"), ("ClusterRoleBinding", "gangscale-simulated-nodes"),
+        ("Role", "gangscale-simulated-node-leases"), ("RoleBinding", "gangscale-simulated-node-leases")]
     changed = [m.identity(o) for o in overlay if m.identity(o) in base_ids and o != base_ids[m.identity(o)]]
     assert changed == [("apps/v1", "Deployment", NAMESPACE, "gangscale")]
 
@@ -587,6 +597,16 @@ def test_overlay_adds_exactly_the_simulated_node_writes(base: list[JSON], overla
     assert granted == CONTROLLER_RULES | SIMULATED_NODE_WRITES
 
 
+def test_overlay_grants_the_node_leases_in_kube_node_lease_only(overlay: list[JSON]) -> None:
+    role = m.one(overlay, "Role", "gangscale-simulated-node-leases")
+    assert role["metadata"]["namespace"] == NODE_LEASE_NAMESPACE
+    assert m.role_rules(role) == SIMULATED_NODE_LEASES
+    binding = m.one(overlay, "RoleBinding", "gangscale-simulated-node-leases")
+    assert binding["metadata"]["namespace"] == NODE_LEASE_NAMESPACE
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "gangscale-simulated-node-leases"}
+
+
 @pytest.mark.parametrize("directory", [m.BASE, m.OVERLAY, m.GKE_OVERLAY, m.RAY_GCS_OVERLAY],
                          ids=lambda p: str(p.relative_to(m.DEPLOY)))
 def test_every_binding_binds_a_role_of_the_render_to_the_deployment_service_account(directory: Path) -> None:
@@ -615,10 +635,14 @@ def test_the_leader_election_role_grants_exactly_the_lease_calls_in_the_controll
     assert role["metadata"]["namespace"] == deployment["metadata"]["namespace"] == NAMESPACE
     assert m.role_rules(role) == LEADER_ELECTION_RULES
     others = [o for o in objects if o["kind"] == "Role" and o is not role]
-    assert [o["metadata"]["name"] for o in others] == (
-        ["gangscale-gke-queued-provisioning"] if directory == m.GKE_OVERLAY else [])
-    assert not any(rule[1].startswith("leases") for o in others for rule in m.role_rules(o))
-    # The ClusterRoles grant nothing on Leases: no Lease outside the controller's namespace.
+    assert [o["metadata"]["name"] for o in others] == {
+        m.GKE_OVERLAY: ["gangscale-gke-queued-provisioning"],
+        m.OVERLAY: ["gangscale-simulated-node-leases"]}.get(directory, [])
+    # No other Role grants Leases but in kube-node-lease (the simulated kubelets' node Leases, whose own test
+    # holds them to the code).
+    assert not any(rule[1].startswith("leases") for o in others for rule in m.role_rules(o)
+                   if o["metadata"]["namespace"] != NODE_LEASE_NAMESPACE)
+    # The ClusterRoles grant nothing on Leases: no Lease outside those namespaces.
     assert not any(resource.startswith("leases") for _, resource, _ in m.granted_rules(objects))
 
 

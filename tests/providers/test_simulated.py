@@ -223,9 +223,9 @@ async def test_a_failed_status_post_is_retried_as_a_kubelet_would(
     got = await obtain(provider, CPU, 1, "tok-1")
 
     await clock.advance(30)
-    await wait_for(lambda: clock.sleepers == 1)  # first post failed: waiting 0.5 s
+    await wait_for(lambda: clock.sleepers == 2)  # first post failed: waiting 0.5 s (and the heartbeat's 10 s tick)
     await clock.advance(0.5)
-    await wait_for(lambda: clock.sleepers == 1 and len(status_posts(apiserver)) == 2)
+    await wait_for(lambda: clock.sleepers == 2 and len(status_posts(apiserver)) == 2)
     assert not await all_ready(http, got.node_names)
     await clock.advance(1)  # the second wait doubles
     await wait_for(lambda: all_ready(http, got.node_names))
@@ -243,7 +243,7 @@ async def test_a_refused_status_post_is_not_retried(
     await clock.advance(30)
     await wait_for(lambda: any("cannot be marked Ready" in r.message for r in caplog.records))
 
-    assert clock.sleepers == 0 and not await all_ready(http, got.node_names)
+    assert clock.sleepers == 1 and not await all_ready(http, got.node_names)  # the heartbeat's tick only
     assert status_posts(apiserver) == [(got.node_names[0], 403)]
 
 
@@ -344,12 +344,11 @@ async def test_release_is_idempotent(provider: SimulatedProvider, http: KubeHTTP
 async def test_release_cancels_pending_ready_timers(provider: SimulatedProvider, clock: ManualClock,
                                                     apiserver: EmbeddedAPIServer) -> None:
     got = await obtain(provider, CPU, 1, "tok-1")
-    await wait_for(lambda: clock.sleepers == 1)
+    await wait_for(lambda: clock.sleepers == 2)  # the Ready timer and the kubelets' heartbeat
 
     await provider.release(CPU.name, [got.units[0].unit_id], token="rel-1")
-    await asyncio.sleep(0)
 
-    assert clock.sleepers == 0
+    await wait_for(lambda: clock.sleepers == 0)  # no node left: no heartbeat either
     await clock.advance(3600)
     assert node_requests(apiserver, "patch", "status") == []
 
@@ -504,13 +503,14 @@ async def test_never_ready(provider: SimulatedProvider, http: KubeHTTP, apiserve
 
     got = await obtain(provider, CPU, 2, "tok-1")
     await clock.advance(3600)
-    await asyncio.sleep(0.05)
+    # The heartbeat's next tick is the only timer (no Ready timer), once the kubelets' round is over.
+    await wait_for(lambda: not provider.busy and clock.sleepers == 1)
 
     nodes = await list_nodes(http)
     assert sorted(nodes) == sorted(got.node_names)
+    # Their kubelets keep heartbeating and reporting their status (at least every 5 minutes): NotReady.
     assert all(ready_status(n) == "False" and NOT_READY in taint_keys(n) for n in nodes.values())
-    assert node_requests(apiserver, "patch", "status") == []
-    assert clock.sleepers == 0
+    assert all(status == 200 for _, status in status_posts(apiserver))
 
 
 async def test_lost_response_then_retry_returns_the_same_units(provider: SimulatedProvider, http: KubeHTTP,
