@@ -140,6 +140,9 @@ class RunFlags:
                                                    "long", parse_seconds)
     max_node_provision_time: float = _flag("15m", "new nodes must be Ready this long after a scale-up starts, or "
                                                   "every unit of it is released", parse_seconds)
+    booked_node_unready_grace: float = _flag("5m", "a booked node whose Ready condition has been Unknown (or False "
+                                                   "after it was Ready) this long revokes the booking (0: never)",
+                                             parse_seconds)
     retry_initial: float = _flag("1m", "first re-planning delay of a request whose capacity was not found (doubles "
                                        "each time) ...", parse_seconds)
     retry_max: float = _flag("10m", "... up to this", parse_seconds)

@@ -59,7 +59,8 @@ class RunOptions:
             classes=flags.classes, processor_instance=flags.processor_instance, dry_run=flags.dry_run,
             batch_idle=flags.batch_idle, batch_max=flags.batch_max, booking_ttl=flags.booking_ttl,
             scale_down_unneeded_time=flags.scale_down_unneeded_time,
-            max_node_provision_time=flags.max_node_provision_time, retry_initial=flags.retry_initial,
+            max_node_provision_time=flags.max_node_provision_time,
+            booked_node_unready_grace=flags.booked_node_unready_grace, retry_initial=flags.retry_initial,
             retry_max=flags.retry_max, pool_backoff_initial=flags.pool_backoff, expiry=flags.expiry,
             terminal_ttl=flags.terminal_ttl, ray=flags.ray, ray_batch_idle=flags.ray_batch_idle,
             ray_batch_max=flags.ray_batch_max, ray_gcs=flags.ray_gcs, ray_gcs_interval=flags.ray_gcs_interval,
@@ -101,7 +102,9 @@ async def serve(options: RunOptions) -> int:
         # (and the RBAC test) can tell its writes from the controller's.
         cloud_http = await connect(options.kubeconfig, options.context,
                                    user_agent("gangscale-simulated-cloud", options.lease))
-        provider = SimulatedProvider(cloud_http, options.pool_file.pools, clock, fence=fence)
+        # A dry run writes nothing to the cluster, the simulated kubelets' Leases and node status included.
+        provider = SimulatedProvider(cloud_http, options.pool_file.pools, clock, fence=fence,
+                                     heartbeats=not options.settings.dry_run)
     metrics = Metrics(dry_run=options.settings.dry_run)
     controller = Controller(http, provider, options.pool_file.pools, settings=options.settings,
                             policy=options.pool_file.policy, clock=clock, metrics=metrics, leader=elector)

@@ -36,6 +36,7 @@ R_EXPIRED = "Expired"
 R_BOOKING_TIME_EXPIRED = "CapacityReservationTimeExpired"
 R_BOOKING_CONSUMED = "CapacityBookingConsumed"
 R_NODE_REMOVED = "BookedNodeRemoved"
+R_NODE_NOT_READY = "BookedNodeNotReady"
 
 M_ACCEPTED = "ProvisioningRequest is accepted by gangscale"
 M_BOOKING_TIME_EXPIRED = "Capacity reservation time is expired"

@@ -75,7 +75,7 @@ from gangscale.controller.scaledowns import ScaleDowns
 from gangscale.controller.settings import Settings
 from gangscale.controller.snapshot import held, unit_count
 from gangscale.controller.tasks import Tasks
-from gangscale.controller.view import ClusterView
+from gangscale.controller.view import ClusterView, Readiness
 from gangscale.controller.workqueue import WorkQueue
 from gangscale.controller.writer import WRITE_RETRY, StatusWriter
 from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, strip_managed_fields
@@ -292,6 +292,9 @@ class Controller:
 
     def node_ready(self, name: str) -> bool:
         return self.view.ready(name)
+
+    def node_readiness(self, name: str) -> Readiness | None:
+        return self.view.readiness(name)
 
     def consumed(self, st: RequestState) -> Consumed | None:
         return self.sources[st.request.source].consumed(st)

@@ -20,6 +20,7 @@ from gangscale.controller.record import OBTAINED, OBTAINING, Record, Step, step_
 from gangscale.controller.request import Phase, RequestState, phase
 from gangscale.controller.settings import Settings
 from gangscale.controller.verify import scale_up_problems
+from gangscale.controller.view import Readiness
 from gangscale.model.decision import Decision, Outcome
 from gangscale.model.nodepool import NodePool
 from gangscale.planner import summarize
@@ -43,6 +44,10 @@ class World(Protocol):
     def node_present(self, name: str) -> bool: ...
 
     def node_ready(self, name: str) -> bool: ...
+
+    def node_readiness(self, name: str) -> Readiness | None:
+        """The node's ``Ready`` condition; None when the node is not there."""
+        ...
 
     def consumed(self, st: RequestState) -> Consumed | None:
         """Whether the request's pods have arrived (source-specific: consumer pods, Ray replicas on nodes)."""
@@ -190,6 +195,36 @@ def booked(st: RequestState, ctx: Context, acts: Actions) -> None:
         st.set(C.CAPACITY_REVOKED, True, C.R_NODE_REMOVED, message, stamp)
         st.event(WARNING, "CapacityRevoked", message)
         acts.capacity_freed = True
+        return
+    unready_too_long(st, ctx, acts)
+
+
+def unready_too_long(st: RequestState, ctx: Context, acts: Actions) -> None:
+    """A booked node whose kubelet stopped reporting (``Ready=Unknown``), or that turned ``Ready=False`` after it
+    was Ready, for ``booked_node_unready_grace``: the gang's pods would be evicted from it as soon as they arrived
+    (the ``unreachable``/``not-ready`` NoExecute taints, tolerated 300 s by default), so the booking is revoked and
+    Kueue stops counting on it. Not a stockout: the pool is not backed off. A node whose condition has no
+    ``lastTransitionTime`` is never held against the booking (there is no telling for how long)."""
+    grace = ctx.settings.booked_node_unready_grace
+    unready: dict[str, tuple[Readiness, float]] = {}
+    for node in sorted(st.booking or ()):
+        readiness = ctx.world.node_readiness(node)
+        if readiness is None:
+            continue
+        if readiness.status == "True":
+            st.ready_seen.add(node)
+        elif readiness.since is not None and (readiness.status == "Unknown" or node in st.ready_seen):
+            unready[node] = (readiness, readiness.since)
+    st.unready_since = min((since for _, since in unready.values()), default=None) if grace else None
+    if st.unready_since is None or ctx.now < st.unready_since + grace:
+        return
+    late = [f"{node} (Ready={r.status} since {rfc3339(since)})" for node, (r, since) in unready.items()
+            if ctx.now >= since + grace]
+    message = (f"booked nodes have not been Ready for {duration(grace)} before every pod was scheduled: "
+               + ", ".join(late[:10]) + (f" and {len(late) - 10} more" if len(late) > 10 else ""))
+    st.set(C.CAPACITY_REVOKED, True, C.R_NODE_NOT_READY, message, rfc3339(ctx.now))
+    st.event(WARNING, "CapacityRevoked", message)
+    acts.capacity_freed = True
 
 
 def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
@@ -205,6 +240,7 @@ def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
         abandon(st, nodes, why, "ScaleUpIncomplete", ctx.now, acts)
         return
     ready = [name for name in nodes if ctx.world.node_ready(name)]
+    st.ready_seen.update(ready)
     if len(ready) == len(nodes):
         st.booking = (planned_booking(st.gang, st.decision, new_nodes_by_pool(st))
                       if st.gang is not None and st.decision is not None else None)
@@ -215,11 +251,15 @@ def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
     if ctx.now < record.deadline:
         return
     late = sorted({got.pool for got in st.obtained.values() if set(got.node_names) - set(ready)})
-    for pool in late:
+    # Only nodes that never turned Ready count against their pool: one that was Ready and then lost its kubelet
+    # says nothing about whether the pool can deliver.
+    for pool in sorted({got.pool for got in st.obtained.values() if set(got.node_names) - st.ready_seen}):
         ctx.backoffs.fail(pool, "nodes that did not become Ready in time", ctx.now)
+    lost = sorted((set(nodes) & st.ready_seen) - set(ready))
     why = (f"{len(nodes) - len(ready)} of {len(nodes)} new nodes were not Ready within "
-           f"{duration(ctx.settings.max_node_provision_time)} (pools {', '.join(late) or '?'}); every unit of the "
-           "scale-up is released and the request re-planned once they are gone")
+           f"{duration(ctx.settings.max_node_provision_time)} (pools {', '.join(late) or '?'}"
+           + (f"; {len(lost)} of them were Ready and lost readiness" if lost else "")
+           + "); every unit of the scale-up is released and the request re-planned once they are gone")
     abandon(st, nodes, why, "ScaleUpTimedOut", ctx.now, acts)
 
 
@@ -227,7 +267,7 @@ def abandon(st: RequestState, nodes: Sequence[str], why: str, event: str, now: f
     """Release every unit of the recorded scale-up and send the request back to planning."""
     assert st.record is not None
     acts.release.append(Release(st, st.record.steps, tuple(nodes), why))
-    st.record, st.obtained = None, {}
+    st.record, st.obtained, st.ready_seen = None, {}, set()
     st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(now))
     st.event(WARNING, event, why)
 
@@ -257,7 +297,10 @@ def deadline(st: RequestState, settings: Settings, now: float) -> float | None:
         case Phase.BOOKED:
             prov = st.conditions.get(C.PROVISIONED)
             start = (prov and parse_rfc3339(prov.last_transition)) or now
-            return booking_end(st, start, settings)
+            end = booking_end(st, start, settings)
+            if st.unready_since is not None and settings.booked_node_unready_grace:
+                return min(end, st.unready_since + settings.booked_node_unready_grace)
+            return end
         case Phase.DONE if settings.terminal_ttl and st.request.deletable:
             stamps = [parse_rfc3339(c.last_transition) or now for t, c in st.conditions.items()
                       if t in (C.PROVISIONED, *C.TERMINAL_TYPES)]
@@ -275,6 +318,7 @@ def decided(st: RequestState, decision: Decision, ctx: Context, acts: Actions) -
         case Outcome.FITS:
             assert st.gang is not None
             st.booking, st.booking_seen = planned_booking(st.gang, decision, {}), set()
+            st.ready_seen = set(st.booking)  # the planner places pods on Ready nodes only
             provisioned(st, C.R_FOUND, summarize(decision), now, settings)
         case Outcome.SCALE_UP if settings.dry_run:
             st.retry_at = now + settings.retry_initial

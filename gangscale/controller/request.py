@@ -111,6 +111,11 @@ class RequestState:
     booking: Booked | None = None
     #: Booked nodes seen present at least once (a booked node that vanishes after that revokes the booking).
     booking_seen: set[str] = field(default_factory=set)
+    #: Nodes of the scale-up or the booking seen Ready by this process: a node that then reports ``Ready=False``
+    #: lost its readiness (one that never was Ready is still coming up).
+    ready_seen: set[str] = field(default_factory=set)
+    #: When the first booked node that is still unready lost its readiness (None: every booked node is Ready).
+    unready_since: float | None = None
     #: Events to record with the next write: (type, reason, message).
     events: list[tuple[str, str, str]] = field(default_factory=list)
     #: The background task working on the request ("scale-up", "release", "write"), if any: the loop does not

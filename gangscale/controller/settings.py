@@ -35,6 +35,10 @@ class Settings:
     retry_max: float = 10 * MINUTE
     #: New nodes must be Ready this long after the scale-up started, or every unit is released.
     max_node_provision_time: float = 15 * MINUTE
+    #: A booked node that lost readiness (``Ready`` Unknown, or False after it was Ready) this long ago revokes the
+    #: booking (0: never). The default is the time pods tolerate ``not-ready``/``unreachable`` before eviction
+    #: (the DefaultTolerationSeconds admission plugin's 300 s): the gang's pods could not run there either.
+    booked_node_unready_grace: float = 5 * MINUTE
     #: A pool that failed (stockout, quota, nodes never Ready) is skipped for this long, doubling up to
     #: ``pool_backoff_max``; the doubling resets after ``pool_backoff_reset`` without failures.
     pool_backoff_initial: float = 3 * MINUTE

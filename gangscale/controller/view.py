@@ -26,6 +26,7 @@ from gangscale.model.snapshot import NodeState
 from gangscale.providers.base import NodeRef, labelled_node, same_token
 from gangscale.sources.provreq import consumed_pr
 from gangscale.sources.raycluster import WorkerPod, worker_pod
+from gangscale.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -45,6 +46,18 @@ class PodInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Readiness:
+    """The node's ``Ready`` condition: ``status`` ("True", "False", "Unknown"; "" when the node reports none) and
+    its ``lastTransitionTime`` (None when absent or unreadable)."""
+
+    status: str
+    since: float | None
+
+
+NO_READINESS = Readiness("", None)
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     state: NodeState
     pool: str | None
@@ -52,6 +65,7 @@ class NodeInfo:
     #: The provider's claim of the token that made the node's unit (``NodePoolProvider.claim``).
     claim: str | None
     deleting: bool
+    readiness: Readiness = NO_READINESS
 
 
 @dataclass
@@ -107,15 +121,24 @@ def parse_node(node: JSON, classify: Classify = labelled_node) -> NodeInfo | Non
     except (SpecError, QuantityError) as exc:
         log.warning("node %s is unusable for planning: %s", name, exc)
         return None
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    readiness = _readiness(status.get("conditions"))
+    ready = readiness.status == "True"
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     deleting = bool(meta.get("deletionTimestamp"))
     state = NodeState(name=name, allocatable=allocatable, labels=labels, taints=taints,
                       ready=ready and not deleting, unschedulable=bool(spec.get("unschedulable")))
     ref = classify(name, labels)
     if ref is None:
-        return NodeInfo(state, None, None, None, deleting)
-    return NodeInfo(state, ref.pool, ref.unit, ref.claim, deleting)
+        return NodeInfo(state, None, None, None, deleting, readiness)
+    return NodeInfo(state, ref.pool, ref.unit, ref.claim, deleting, readiness)
+
+
+def _readiness(conditions: Any) -> Readiness:
+    for cond in conditions if isinstance(conditions, list) else ():
+        if isinstance(cond, dict) and cond.get("type") == "Ready":
+            since = cond.get("lastTransitionTime")
+            return Readiness(str(cond.get("status") or ""), parse_rfc3339(since) if isinstance(since, str) else None)
+    return NO_READINESS
 
 
 class ClusterView:
@@ -211,6 +234,10 @@ class ClusterView:
     def ready(self, node: str) -> bool:
         info = self.nodes.get(node)
         return info is not None and info.state.ready
+
+    def readiness(self, node: str) -> Readiness | None:
+        info = self.nodes.get(node)
+        return None if info is None else info.readiness
 
     def take_changed_clusters(self) -> set[tuple[str, str]]:
         changed, self._changed_clusters = self._changed_clusters, set()

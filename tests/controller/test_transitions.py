@@ -27,6 +27,7 @@ from gangscale.controller.reconcile import (
 from gangscale.controller.record import OBTAINED, OBTAINING, Record, Step, parse_detail, step_token
 from gangscale.controller.request import Phase, Request, RequestState, phase
 from gangscale.controller.settings import Settings
+from gangscale.controller.view import Readiness
 from gangscale.model.decision import Decision, NewNodes, Outcome, Placement, PoolReason, ReasonCode, ScaleStep
 from gangscale.model.resources import ResourceList
 from gangscale.providers.base import Obtained, Unit
@@ -48,12 +49,19 @@ class World:
     present: set[str] = field(default_factory=set)
     ready: set[str] = field(default_factory=set)
     consumed_as: Consumed | None = None
+    #: Ready conditions by node; a present node not named here is Ready=True/False by ``ready``, with no time.
+    readiness: dict[str, Readiness] = field(default_factory=dict)
 
     def node_present(self, name: str) -> bool:
         return name in self.present
 
     def node_ready(self, name: str) -> bool:
         return name in self.ready
+
+    def node_readiness(self, name: str) -> Readiness | None:
+        if name not in self.present:
+            return None
+        return self.readiness.get(name) or Readiness("True" if name in self.ready else "False", None)
 
     def consumed(self, st: RequestState) -> Consumed | None:
         return self.consumed_as
@@ -269,6 +277,20 @@ def test_nodes_not_ready_by_the_deadline_are_released_and_their_pool_backed_off(
     assert phase(st) is Phase.PENDING
 
 
+def test_a_node_that_was_ready_and_lost_readiness_by_the_deadline_backs_no_pool_off() -> None:
+    st, world = scaled_up(), World(ready={"b-n0"})
+    provisioning(st, ctx(world, now=NOW - 600), Actions())  # b-n0 Ready while a-n0 is not yet ...
+    assert st.ready_seen == {"b-n0"}
+    world.ready = {"a-n0"}  # ... then b-n0's kubelet stopped
+    acts, context = Actions(), ctx(world)
+    provisioning(st, context, acts)
+    why = ("1 of 2 new nodes were not Ready within 15m (pools b; 1 of them were Ready and lost readiness); every unit "
+           "of the scale-up is released and the request re-planned once they are gone")
+    assert [r.why for r in acts.release] == [why]
+    assert context.backoffs.active(NOW) == {}
+    assert st.ready_seen == set()
+
+
 def test_an_incomplete_scale_up_is_released_not_provisioned() -> None:
     """Fewer units than the step asked for: released and re-planned even though every node is Ready."""
     st, acts, context = scaled_up({"a": 1}, asked=2), Actions(), ctx(World(ready={"a-n0"}))
@@ -369,6 +391,66 @@ def test_a_booked_node_seen_then_removed_revokes_the_booking() -> None:
     message = "booked nodes were removed before every pod was scheduled: n1"
     assert st.conditions[C.CAPACITY_REVOKED] == cond(C.CAPACITY_REVOKED, True, C.R_NODE_REMOVED, message, NOW + 1)
     assert (st.events, acts.capacity_freed) == ([("Warning", "CapacityRevoked", message)], True)
+
+
+GRACE = SETTINGS.booked_node_unready_grace
+
+
+@dataclass(frozen=True)
+class Unready:
+    id: str
+    #: The booked node n1's Ready condition at the pass (None: a Ready node with no time).
+    readiness: Readiness
+    #: Whether this process saw n1 Ready before.
+    seen_ready: bool = False
+    grace: float = GRACE
+    #: Expected: revoked, and the request's next due time when it is not.
+    revoked: bool = False
+    due: float | None = None
+
+
+UNREADY = [
+    Unready("ready", Readiness("True", NOW - 3600), due=NOW + 500),
+    Unready("unknown-within-the-grace", Readiness("Unknown", NOW - 60), due=NOW - 60 + GRACE),
+    Unready("unknown-for-the-grace", Readiness("Unknown", NOW - GRACE), revoked=True),
+    Unready("false-after-ready-for-the-grace", Readiness("False", NOW - GRACE), seen_ready=True, revoked=True),
+    Unready("false-never-ready-is-coming-up", Readiness("False", NOW - 2 * GRACE), due=NOW + 500),
+    Unready("no-transition-time-is-never-held-against-it", Readiness("Unknown", None), due=NOW + 500),
+    Unready("grace-0-turns-it-off", Readiness("Unknown", NOW - 2 * GRACE), grace=0, due=NOW + 500),
+    Unready("the-booking-ends-first", Readiness("Unknown", NOW - 10), grace=3600, due=NOW + 500),
+]
+
+
+@pytest.mark.parametrize("case", UNREADY, ids=[c.id for c in UNREADY])
+def test_a_booked_node_that_lost_readiness_for_the_grace_revokes_the_booking(case: Unready) -> None:
+    settings = replace(SETTINGS, booked_node_unready_grace=case.grace)
+    st, acts = provisioned_state(), Actions()
+    if case.seen_ready:
+        st.ready_seen.add("n1")
+    reconcile(st, ctx(World(present={"n1"}, readiness={"n1": case.readiness}), settings), acts)
+    revoked = st.conditions.get(C.CAPACITY_REVOKED)
+    assert (revoked is not None, acts.capacity_freed) == (case.revoked, case.revoked)
+    if case.revoked:
+        assert revoked is not None
+        message = (f"booked nodes have not been Ready for 5m before every pod was scheduled: n1 "
+                   f"(Ready={case.readiness.status} since {rfc3339(NOW - GRACE)})")
+        assert revoked == cond(C.CAPACITY_REVOKED, True, C.R_NODE_NOT_READY, message)
+        assert st.events == [("Warning", "CapacityRevoked", message)]
+        assert phase(st) is Phase.DONE
+    else:
+        assert deadline(st, settings, NOW) == case.due
+
+
+def test_a_booked_node_seen_ready_and_then_false_counts_from_its_transition() -> None:
+    st, world = provisioned_state(), World(present={"n1"}, ready={"n1"})
+    reconcile(st, ctx(world), Actions())
+    assert st.ready_seen == {"n1"}
+    world.readiness["n1"] = Readiness("False", NOW + 10)
+    reconcile(st, ctx(world, now=NOW + 20), Actions())
+    assert deadline(st, SETTINGS, NOW + 20) == NOW + 10 + GRACE
+    acts = Actions()
+    reconcile(st, ctx(world, now=NOW + 10 + GRACE), acts)
+    assert st.conditions[C.CAPACITY_REVOKED].reason == C.R_NODE_NOT_READY and acts.capacity_freed
 
 
 def test_a_booked_node_never_seen_revokes_nothing_and_many_lost_nodes_are_counted() -> None:
