@@ -10,8 +10,9 @@ Commands available now:
 - ``gangscale pools FILE``: validate a node-pool file and show the pools it resolves to (exit 1 and every
   problem on stderr if it is invalid).
 - ``gangscale sim apiserver [--port N] [--kubeconfig PATH] [--example] [--watch-window N]
-  [--bookmark-interval S] [--for SECONDS] [--control]``: the embedded Kubernetes API server on 127.0.0.1, with a
-  kubeconfig that kubectl and gangscale can use; runs until interrupted (or for ``--for`` seconds).
+  [--bookmark-interval S] [--for SECONDS] [--control] [--node-lifecycle ...]``: the embedded Kubernetes API server
+  on 127.0.0.1, with a kubeconfig that kubectl and gangscale can use; runs until interrupted (or for ``--for``
+  seconds).
 """
 
 from __future__ import annotations
@@ -69,6 +70,16 @@ def _parser() -> argparse.ArgumentParser:
                      help="stop after this many seconds instead of waiting for Ctrl-C")
     api.add_argument("--control", action="store_true",
                      help="serve the fault-injection knobs over HTTP under /_sim/ (for crash and chaos harnesses)")
+    api.add_argument("--node-lifecycle", action="store_true",
+                     help="run the node lifecycle controller's health monitoring, as kube-controller-manager does: a "
+                          "Node whose kubelet renews no Lease and posts no status goes Unknown with the unreachable "
+                          "taints (off by default: Nodes created without a kubelet, e.g. by --example, go Unknown)")
+    api.add_argument("--node-monitor-grace-period", type=float, default=50.0,
+                     help="with --node-lifecycle: seconds without a heartbeat before a Node is Unknown (default 50)")
+    api.add_argument("--node-startup-grace-period", type=float, default=60.0,
+                     help="with --node-lifecycle: the same for a Node that never posted Ready (default 60)")
+    api.add_argument("--node-monitor-period", type=float, default=5.0,
+                     help="with --node-lifecycle: how often the monitor looks, in seconds (default 5)")
     gcp = sim_sub.add_parser(
         "gcp", help="run the fake GKE + Compute Engine control plane (and metadata server) until interrupted",
         description="Run the fake Google Cloud that the gke provider's tests use: GKE node pools, Compute Engine "
@@ -274,7 +285,9 @@ def _show_pools(path: str) -> int:
 
 
 async def _run_apiserver(args: argparse.Namespace) -> int:
+    from gangscale.clock import SystemClock
     from gangscale.sim.apiserver import EmbeddedAPIServer
+    from gangscale.sim.apiserver.controllers import NodeMonitorSettings
     from gangscale.sim.examples import create_example_objects, describe_server
 
     server = EmbeddedAPIServer(port=args.port, watch_window=args.watch_window,
@@ -285,6 +298,10 @@ async def _run_apiserver(args: argparse.Namespace) -> int:
         print(f"gangscale: cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     path = server.write_kubeconfig(Path(args.kubeconfig))
+    if args.node_lifecycle:
+        server.controllers.monitor_node_health(SystemClock(), NodeMonitorSettings(
+            grace_period=args.node_monitor_grace_period, startup_grace_period=args.node_startup_grace_period,
+            period=args.node_monitor_period))
     try:
         print(f"gangscale embedded API server listening on {server.url}", flush=True)
         print(f"kubeconfig written to {path.resolve()}", flush=True)
