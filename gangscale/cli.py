@@ -335,7 +335,7 @@ async def _run_fake_gcp(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"gangscale sim gcp: {exc}", file=sys.stderr)
         return 1
-    gcp = FakeGcp(SystemClock(), kube, project=project, port=args.port)
+    gcp = FakeGcp(SystemClock(), kube, project=project, port=args.port, heartbeats=True)
     gcp.faults.operation_seconds = args.operation_seconds
     gcp.faults.ready_seconds = args.ready_seconds
     gcp.faults.node_delete_seconds = args.node_delete_seconds

@@ -4,6 +4,13 @@ convenience, as GKE's node controller would) delete the Node when its VM is gone
 The calls run one at a time, in order, in one worker task (:class:`NodeWorker`), so a Node is never deleted
 before it is registered. Shapes follow :mod:`gangscale.providers.simnodes` (Ready as a strategic merge patch on
 ``/status``; the API server adds the ``not-ready`` taint itself).
+
+With ``heartbeats`` (``gangscale sim gcp`` turns them on), each registered Node's kubelet also heartbeats as a v1.36
+kubelet does, with the simulated cloud's kubelets (:class:`gangscale.providers.simnodes.Kubelets`: its Lease in
+``kube-node-lease`` every 10 s, its status on change and every 5 minutes), so that a real kube-controller-manager
+(or ``gangscale sim apiserver --node-lifecycle``) keeps the fake's Nodes Ready. Off in process: the harnesses, the
+demo and the tests run no node lifecycle controller, and the heartbeats would only cost time. A Node registered
+by an earlier fake process (found on a 409) is taken over by this one's kubelets.
 """
 
 from __future__ import annotations
@@ -13,11 +20,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from gangscale.clock import Clock
 from gangscale.kube.errors import ApiError
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.catalog import GPU_LABEL, GPU_RESOURCE, TPU_RESOURCE, machine_labels, node_allocatable
 from gangscale.model.quantity import format_quantity
 from gangscale.model.resources import CPU, DEFAULT_MAX_PODS, MEMORY, PODS
+from gangscale.providers.simnodes import Kubelets, NodeAPI, is_ready
 from gangscale.sim.gcp.state import NodePool, Vm
 from gangscale.sim.gcp.wire import machine_family, region_of
 from gangscale.timefmt import rfc3339
@@ -138,8 +147,11 @@ def ready_condition(ready: bool, stamp: str) -> JSON:
 class NodeWorker:
     """Applies :class:`NodeAction` s to the Kubernetes API one at a time (none without a client)."""
 
-    def __init__(self, kube: KubeHTTP | None) -> None:
+    def __init__(self, kube: KubeHTTP | None, clock: Clock | None = None) -> None:
         self.kube = kube
+        #: The registered Nodes' kubelets, when they heartbeat (a client and a clock given).
+        self.kubelets = None if kube is None or clock is None else Kubelets(clock, NodeAPI(kube), lambda _: False)
+        self.clock = clock
         self.queue: asyncio.Queue[NodeAction] = asyncio.Queue()
         #: Calls that failed for another reason than "already there" / "already gone".
         self.failures: list[str] = []
@@ -155,7 +167,13 @@ class NodeWorker:
         """Return once every queued call has been made."""
         await self.queue.join()
 
+    async def aclose(self) -> None:
+        if self.kubelets is not None:
+            await self.kubelets.aclose()
+
     async def run(self) -> None:
+        if self.kubelets is not None:
+            self.kubelets.start()
         while True:
             action = await self.queue.get()
             try:
@@ -173,14 +191,28 @@ class NodeWorker:
         assert self.kube is not None
         try:
             if action.kind == REGISTER:
-                await self.kube.request("POST", NODES_PATH, body=action.body)
+                created = await self.kube.request("POST", NODES_PATH, body=action.body)
+                self._heartbeat(created)
             elif action.kind == READY:
+                if self.kubelets is not None and action.name in self.kubelets:
+                    await self.kubelets.post_ready(action.name)
+                    return
                 body = {"status": {"conditions": [ready_condition(True, rfc3339(action.time))]}}
                 await self.kube.request("PATCH", f"{NODES_PATH}/{action.name}/status", body=body,
                                         content_type=STRATEGIC_MERGE_PATCH)
             else:
+                if self.kubelets is not None:
+                    self.kubelets.remove([action.name])
                 await self.kube.request("DELETE", f"{NODES_PATH}/{action.name}")
         except ApiError as exc:
-            if (action.kind == REGISTER and exc.status == 409) or (action.kind != REGISTER and exc.status == 404):
+            if action.kind == REGISTER and exc.status == 409:
+                if self.kubelets is not None:
+                    self._heartbeat(await self.kube.request("GET", f"{NODES_PATH}/{action.name}"))
+                return
+            if action.kind != REGISTER and exc.status == 404:
                 return
             raise
+
+    def _heartbeat(self, node: JSON) -> None:
+        if self.kubelets is not None and self.clock is not None:
+            self.kubelets.add(node, ready=is_ready(node), reported=self.clock.now())

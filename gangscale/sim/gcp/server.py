@@ -61,7 +61,7 @@ class FakeGcp:
 
     def __init__(self, clock: Clock, kube: KubeHTTP | None, *, project: str = "demo-project",
                  token: str = "fake-token", number: str | None = None, seed: int | None = 0,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, heartbeats: bool = False) -> None:
         self.clock = clock
         self.kube = kube
         self.project = project
@@ -85,7 +85,8 @@ class FakeGcp:
         self.calls: list[Call] = []
         #: Requests to hold (crash tests): see :class:`~gangscale.sim.gcp.faults.Hold`.
         self.holds: list[Hold] = []
-        self.nodes = NodeWorker(kube)
+        #: With ``heartbeats``, the Nodes' kubelets renew their Leases and post their status (:mod:`.nodes`).
+        self.nodes = NodeWorker(kube, clock if heartbeats else None)
         #: GKE's handling of ``queued-provisioning.gke.io`` ProvisioningRequests (only with a Kubernetes client).
         self.queued = None if kube is None else QueuedProvisioning(clock, kube, self.engine, advance=self._advance,
                                                                     poke=self.poke)
@@ -121,6 +122,7 @@ class FakeGcp:
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
         self._tasks = []
+        await self.nodes.aclose()
         for event in self._done_events.values():
             event.set()
         if self._runner is not None:
