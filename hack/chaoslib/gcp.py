@@ -173,7 +173,7 @@ async def gke_cloud(seed: int, workdir: Path, kubeconfig: Path) -> AsyncIterator
     project = gke_project(seed)
     text = gke_pool_file(project, seed)
     http = await make_http(str(kubeconfig), user_agent=KUBELET_AGENT)
-    gcp = FakeGcp(SystemClock(), http, project=project)
+    gcp = FakeGcp(SystemClock(), http, project=project, heartbeats=True)
     set_timings(gcp)
     set_up(gcp, parse_pool_yaml(text).pools, label_pools=True)
     cloud = GkeCloud(gcp, project, text, CloudTraffic(project), workdir)

@@ -201,7 +201,8 @@ async def apiserver(workdir: Path) -> AsyncIterator[Path]:
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gangscale.cli", "sim", "apiserver", "--port", "0", "--kubeconfig",
-            str(kubeconfig), "--control", "--bookmark-interval", "1", stdout=out, stderr=asyncio.subprocess.STDOUT)
+            str(kubeconfig), "--control", "--bookmark-interval", "1", "--node-lifecycle", stdout=out,
+            stderr=asyncio.subprocess.STDOUT)
     try:
         deadline = asyncio.get_running_loop().time() + HANG_GUARD
         while "stop with Ctrl-C" not in log.read_text(errors="replace"):
