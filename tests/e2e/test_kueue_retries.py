@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gangscale.controller.settings import Settings
-from gangscale.kube.resources import NODES, WORKLOADS
+from gangscale.kube.resources import EVENTS, NODES, WORKLOADS
 from gangscale.timefmt import parse_rfc3339, rfc3339
 from tests.e2e.harness import (
     CHECK_NAME,
@@ -78,6 +78,46 @@ async def test_s29_failed_is_retried_with_a_new_attempt(tmp_path: Path) -> None:
         assert entry is not None
         assert (entry.get("retryCount"), entry.get("requeueAfterSeconds")) == (1, 60)
         assert e.check_history() == ["Retry", "Ready"]
+
+
+async def test_s29_a_late_failure_is_retried_by_kueue_at_once_and_paced_by_gangscale(tmp_path: Path) -> None:
+    """Issue 24, point 2: attempt 1 fails two minutes after the quota was reserved (its nodes never turn Ready
+    within ``--max-node-provision-time``; re-planned with the pool backed off and ``noRetry``: ``Failed``). Kueue
+    v0.19.2 measures the 60-s backoff from the check's last reset (the reservation), which is long past: request 2
+    is created in the same instant. gangscale does not hammer the pool: it decides the gang's attempt 2 no sooner
+    than its own backoff for the gang (``--retry-initial``) after the failure."""
+    settings = Settings(batch_idle=0.0, batch_max=0.0, max_node_provision_time=120.0, pool_backoff_initial=30.0,
+                        retry_initial=60.0)
+    async with cluster(tmp_path, settings=settings) as e:
+        e.provider.faults("gpu").never_ready = True
+        await e.setup(config=prc(limit=3, base=60))
+        await e.create(WORKLOADS, workload("wl", [pod_set("workers", 2)],
+                                           annotations={f"{PARAM_PREFIX}noRetry": "true"}))
+        start = e.now
+        await e.until(lambda: _has_request(e, "wl-prov-2"), within=600, what="request 2")
+        created = e.now
+        failed_at = await _event_time(e, "CapacityNotFound", "wl-prov-1")
+        assert failed_at >= start + 120  # later than Kueue's 60-s backoff after the reservation
+        assert created - failed_at <= 1.0  # so Kueue evicted and made request 2 at once (1-s event timestamps)
+        assert e.check_history() == ["Retry"]
+        [first] = [c for c in e.provider.calls if c.operation == "obtain"]
+        e.provider.faults("gpu").never_ready = False
+
+        await e.until(e.admitted, within=600, what="attempt 2 Ready")
+        obtains = [c.at for c in e.provider.calls if c.operation == "obtain"]
+        assert obtains[0] == first.at and len(obtains) == 2
+        assert obtains[1] >= failed_at + 60, (obtains, failed_at)  # gangscale's backoff, not Kueue's (none)
+        assert name_of((await e.requests())[0]) == "wl-prov-2"
+
+
+async def _event_time(e: E2E, reason: str, involved: str) -> float:
+    listed = await e.sim.http.request("GET", EVENTS.path("default"))
+    [event] = [ev for ev in listed["items"] if ev["reason"] == reason and ev["involvedObject"]["name"] == involved]
+    return parse_rfc3339(event["lastTimestamp"]) or 0.0
+
+
+async def _has_request(e: E2E, name: str) -> bool:
+    return name in {name_of(pr) for pr in await e.requests()}
 
 
 async def _retry(e: E2E) -> bool:
