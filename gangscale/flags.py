@@ -59,6 +59,10 @@ def parse_port(text: str) -> int:
     return port
 
 
+#: The longest duration a flag takes.
+MAX_DURATION = 3650 * 86400.0
+
+
 def parse_seconds(text: str) -> float:
     """A duration (``90``, ``500ms``, ``1h30m``) in seconds."""
     try:
@@ -67,6 +71,9 @@ def parse_seconds(text: str) -> float:
         seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError("not a duration (a number of seconds or units like 500ms, 10s, 5m, 1h30m, 7d)")
+    if seconds > MAX_DURATION:
+        # Times are written as RFC 3339 (years up to 9999): an unbounded duration would make every pass fail.
+        raise ValueError("more than 3650d (10 years)")
     return seconds
 
 

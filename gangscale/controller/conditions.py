@@ -37,6 +37,8 @@ R_BOOKING_TIME_EXPIRED = "CapacityReservationTimeExpired"
 R_BOOKING_CONSUMED = "CapacityBookingConsumed"
 R_NODE_REMOVED = "BookedNodeRemoved"
 R_NODE_NOT_READY = "BookedNodeNotReady"
+#: gangscale's own: a step of gangscale raised on this request (:mod:`gangscale.controller.isolation`).
+R_RECONCILE_ERROR = "ReconcileError"
 
 M_ACCEPTED = "ProvisioningRequest is accepted by gangscale"
 M_BOOKING_TIME_EXPIRED = "Capacity reservation time is expired"

@@ -42,6 +42,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from functools import partial
 from typing import Any, Protocol, overload
 
 from gangscale.clock import Clock, SystemClock, wait_event
@@ -52,6 +53,7 @@ from gangscale.controller.batching import Batching
 from gangscale.controller.demand import DemandSource
 from gangscale.controller.effects import Effects, Released, ScaledUp
 from gangscale.controller.indices import RequestIndex
+from gangscale.controller.isolation import failed, succeeded, waiting
 from gangscale.controller.planning import Units, gangs_of, planning_snapshot, rebook, units_of
 from gangscale.controller.prsource import ProvReqSource
 from gangscale.controller.raysource import RaySource
@@ -83,8 +85,10 @@ from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.kube.writes import EventRecorder
 from gangscale.model.decision import Decision
+from gangscale.model.gang import Gang
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
+from gangscale.model.snapshot import Snapshot
 from gangscale.observe.metrics import Metrics
 from gangscale.planner import plan
 from gangscale.providers.base import ErrorClass, NodePoolProvider, ProviderError
@@ -188,6 +192,8 @@ class Controller:
         self._changed_nodes: set[str] = set()
         self._changed_pods: set[tuple[str, str]] = set()
         self._freed = False
+        #: Requests a step of this pass failed on (:meth:`_request_failed`).
+        self._failed_now: set[str] = set()
         self.batching = Batching(self.settings.batch_idle, self.settings.batch_max)
         self._resync_at = 0.0
         self._pass_now = 0.0
@@ -238,6 +244,8 @@ class Controller:
     def update(self, key: str, request: Request) -> None:
         st = self.states.get(key)
         if st is not None:
+            for problem in sorted(set(request.problems) - set(st.request.problems)):
+                st.event("Warning", "InvalidParameter", problem)  # a parameter changed to another unusable value
             st.request = request
             st.version = request.version
             self.queue.mark(key)
@@ -463,14 +471,15 @@ class Controller:
         acts = Actions()
         to_plan = []
         holding = not released and self.batching.holding(now)
+        self._failed_now = set()
         for key in sorted(keys):
             st = self.states.get(key)
-            if st is None:
+            if st is None or waiting(st, now):
                 continue
             if holding and phase(st) is Phase.PENDING and not st.busy:
                 self.batching.hold(key, now)  # reconciled with its batch: Accepted and the decision in one write
                 continue
-            if reconcile(st, ctx, acts) and key not in self._releasing_for:
+            if self._reconciled(st, ctx, acts) and key not in self._releasing_for:
                 to_plan.append(st)
         if acts.capacity_freed or self._freed:
             self._freed = False
@@ -481,9 +490,32 @@ class Controller:
         if to_plan:
             self._plan(to_plan, ctx, acts)
             self._refresh({st.key for st in to_plan})
-        self.scaledowns.scale_down(now)
+        try:
+            self.scaledowns.scale_down(now)
+        except Exception:
+            log.exception("scale-down failed in this pass; the pass goes on")  # it concerns no one request
         self._act(acts)
+        for key in touched - self._failed_now:
+            if (st := self.states.get(key)) is not None and st.failures:
+                succeeded(st)
         self.writer.finish(touched, now)
+
+    # -- isolation: one request's failure is that request's (:mod:`isolation`) ------------------------------------
+
+    def _request_failed(self, st: RequestState, stage: str, exc: Exception) -> None:
+        failed(st, stage, exc, self._pass_now, self.settings)
+        self._failed_now.add(st.key)
+
+    def _reconciled(self, st: RequestState, ctx: Context, acts: Actions) -> bool:
+        """``reconcile`` with this request's actions kept only if it did not raise."""
+        mine = Actions()
+        try:
+            wants_plan = reconcile(st, ctx, mine)
+        except Exception as exc:
+            self._request_failed(st, "reconcile", exc)
+            return False
+        acts.extend(mine)
+        return wants_plan
 
     def _apply_cluster_changes(self) -> None:
         nodes, self._changed_nodes = self._changed_nodes, set()
@@ -509,28 +541,64 @@ class Controller:
             st.retry_at = None
             if holding:
                 self.batching.hold(key, ctx.now)
-            elif key not in done and reconcile(st, ctx, Actions()) and key not in self._releasing_for:
+            elif key not in done and not waiting(st, ctx.now) and self._reconciled(st, ctx, Actions()) \
+                    and key not in self._releasing_for:
                 again.append(st)
         return again
 
     def _plan(self, to_plan: list[RequestState], ctx: Context, acts: Actions) -> None:
         started = time.perf_counter()
-        gangs = gangs_of(to_plan, self.sources, ctx.now)
+        gangs = gangs_of(to_plan, self.sources, ctx.now, on_error=lambda st, exc: self._request_failed(st, "plan", exc))
         if not gangs:
             return
-        units = self._units()
-        decisions = plan(self._snapshot(ctx.now, units), gangs.values(), ctx.now, self.policy)
         by_key = {st.key: st for st in to_plan}
+        snapshot = self._snapshot(ctx.now, self._units())
+        decisions: Sequence[Decision]
+        try:
+            decisions = plan(snapshot, gangs.values(), ctx.now, self.policy)
+        except Exception:
+            decisions = self._plan_alone(snapshot, gangs, by_key, ctx.now)
         for decision in decisions:
-            decided(by_key[decision.gang], decision, ctx, acts)
+            st = by_key[decision.gang]
+            mine = Actions()
+            try:
+                decided(st, decision, ctx, mine)
+            except Exception as exc:
+                self._request_failed(st, "apply the plan of", exc)
+                continue
+            acts.extend(mine)
         self._record_plans(decisions, by_key, ctx.now)
         self.metrics.plan_pass(time.perf_counter() - started, len(gangs))
 
+    def _plan_alone(self, snapshot: Snapshot, gangs: dict[str, Gang], by_key: dict[str, RequestState],
+                    now: float) -> Sequence[Decision]:
+        """The planner raised on the batch: gangs are planned alone, in the batch's order, until one is decided; those
+        that raise before it fail. Two gangs planned alone on one snapshot could be given the same free room, so the
+        rest wait for the next pass, which plans them together again without the failed ones."""
+        keys = list(gangs)
+        for i, key in enumerate(keys):
+            try:
+                decisions = plan(snapshot, [gangs[key]], now, self.policy)
+            except Exception as exc:
+                self._request_failed(by_key[key], "plan", exc)
+                continue
+            self.queue.mark_all(keys[i + 1:])
+            return decisions
+        return ()
+
     def _rebook(self, candidates: set[str], now: float) -> None:
         lost = [st for key in candidates if (st := self.states.get(key)) is not None
-                and phase(st) is Phase.BOOKED and st.booking is None and not st.deleted]
+                and phase(st) is Phase.BOOKED and st.booking is None and not st.deleted and not waiting(st, now)]
         if lost:
-            rebook(lost, self.sources, self.view, self._snapshot(now, self._units()), now, self.policy)
+            try:
+                rebook(lost, self.sources, self.view, self._snapshot(now, self._units()), now, self.policy)
+            except Exception:
+                for st in lost:  # one at a time, to find the one that raises
+                    try:
+                        rebook([st], self.sources, self.view, self._snapshot(now, self._units()), now, self.policy)
+                    except Exception as exc:
+                        self._request_failed(st, "rebuild the booking of", exc)
+                        st.booking = None  # rebuilt when it is tried again
             for st in lost:
                 if st.record is not None:
                     log.info("%s: booking rebuilt on its own new node(s) after a restart", st.key,
@@ -557,18 +625,24 @@ class Controller:
 
     def _act(self, acts: Actions) -> None:
         for st in acts.scale_up:
-            self._start_scale_up(st, resume=False)
+            self._isolated(st, "start the scale-up of", partial(self._start_scale_up, st, resume=False))
         for st in acts.resume:
             holder = st.record.holder if st.record else ""
             adopted = f"; adopted from leader {holder}" if holder and holder != self.settings.identity else ""
             log.info("resuming the recorded scale-up of %s (%s)%s", st.key, st.record.tokens if st.record else (),
                      adopted)
-            self._start_scale_up(st, resume=True)
+            self._isolated(st, "resume the scale-up of", partial(self._start_scale_up, st, resume=True))
         for release in acts.release:
-            self._start_release(release)
+            self._isolated(release.st, "start the release for", partial(self._start_release, release))
         for st in acts.delete:
             if not self.settings.dry_run:
                 self.spawn(self.sources[st.request.source].delete(st), f"delete {st.key}")
+
+    def _isolated(self, st: RequestState, stage: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as exc:
+            self._request_failed(st, stage, exc)
 
     def _start_scale_up(self, st: RequestState, *, resume: bool) -> None:
         record = st.record

@@ -3,7 +3,7 @@ restart left without a booking, choose the units to scale down. Pure functions o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -33,12 +33,20 @@ class GangSource(Protocol):
     def consumers(self, st: RequestState) -> Iterable[PodInfo]: ...
 
 
-def gangs_of(states: Iterable[RequestState], sources: Mapping[str, GangSource], now: float) -> dict[str, Gang]:
+def gangs_of(states: Iterable[RequestState], sources: Mapping[str, GangSource], now: float,
+             on_error: Callable[[RequestState, Exception], None] | None = None) -> dict[str, Gang]:
     """The gangs of the requests to plan. A request whose gang cannot be built fails (``FailedToCreatePods``);
-    one whose source is still looking something up waits for it."""
+    one whose source is still looking something up waits for it; one whose source raises is handed to
+    ``on_error`` (and left out) when it is given."""
     gangs: dict[str, Gang] = {}
     for st in states:
-        got = sources[st.request.source].gang(st)
+        try:
+            got = sources[st.request.source].gang(st)
+        except Exception as exc:
+            if on_error is None:
+                raise
+            on_error(st, exc)
+            continue
         if got is None:
             continue
         if isinstance(got, str):

@@ -32,16 +32,14 @@ from gangscale.kube.transport import KubeHTTP
 from gangscale.kube.writes import apply_provreq_status, delete_provreq
 from gangscale.model.gang import Gang
 from gangscale.sources.provreq import (
-    BOOKING_SECONDS,
     CHECK_CAPACITY_CLASSES,
-    NO_RETRY,
-    PROVISIONED_WHEN,
     PodSetError,
     ProvReq,
     build_gang,
     parse,
     template_names,
 )
+from gangscale.sources.provreqparams import read as read_parameters
 from gangscale.sources.raycluster import RayClusterError, bound_pods, parse_raycluster
 
 JSON = dict[str, Any]
@@ -57,22 +55,15 @@ def served(pr: ProvReq, classes: tuple[str, ...], processor_instance: str) -> bo
     return pr.class_name in classes and pr.parameters.get("processorInstance", "") == processor_instance
 
 
-def booking_seconds(pr: ProvReq) -> float | None:
-    raw = pr.parameters.get(BOOKING_SECONDS)
-    try:
-        return float(raw) if raw is not None and float(raw) >= 0 else None
-    except ValueError:
-        return None
-
-
 def request_of(pr: ProvReq) -> Request:
+    params = read_parameters(pr.parameters)
     return Request(
         key=pr.key, uid=pr.uid, source=NAME, class_name=pr.class_name, obj=pr.obj, created=pr.created,
         generation=pr.generation, version=pr.resource_version, pods=pr.pods,
-        may_scale=pr.class_name not in CHECK_CAPACITY_CLASSES, booking_ttl=booking_seconds(pr),
-        provisioned_when_requested=pr.parameters.get(PROVISIONED_WHEN, "").lower() == "requested",
-        no_retry=pr.flag(NO_RETRY), deletable=True,
-        gang=f"{pr.namespace}/Workload/{owner}" if (owner := pr.workload_owner_uid()) else "")
+        may_scale=pr.class_name not in CHECK_CAPACITY_CLASSES, booking_ttl=params.booking_seconds,
+        provisioned_when_requested=params.provisioned_when_requested, no_retry=params.no_retry, deletable=True,
+        gang=f"{pr.namespace}/Workload/{owner}" if (owner := pr.workload_owner_uid()) else "",
+        problems=params.problems)
 
 
 class ProvReqSource:
@@ -322,4 +313,7 @@ def new_state(pr: ProvReq) -> RequestState:
     st.attempts = st.record.attempt if st.record is not None else 0
     st.written = repr(status_body(st))
     st.reported = {ctype: (cond.status, cond.reason) for ctype, cond in st.conditions.items()}
+    if not st.conditions:  # told when gangscale first took the request up, not again after each restart
+        for problem in st.request.problems:
+            st.event("Warning", "InvalidParameter", problem)
     return st

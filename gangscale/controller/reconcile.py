@@ -75,6 +75,13 @@ class Actions:
     #: A booking ended or capacity was handed back: pending requests may retry now.
     capacity_freed: bool = False
 
+    def extend(self, other: Actions) -> None:
+        self.scale_up += other.scale_up
+        self.resume += other.resume
+        self.release += other.release
+        self.delete += other.delete
+        self.capacity_freed = self.capacity_freed or other.capacity_freed
+
 
 @dataclass(frozen=True)
 class Context:
@@ -283,9 +290,16 @@ def done(st: RequestState, ctx: Context, acts: Actions) -> None:
 
 def deadline(st: RequestState, settings: Settings, now: float) -> float | None:
     """When the request moves on by itself (a retry, an expiry, a booking TTL, a provisioning deadline, a deletion
-    after the terminal TTL); None when only an event can move it. The one place these times are computed."""
+    after the terminal TTL, the next attempt after gangscale failed on it); None when only an event can move it.
+    The one place these times are computed."""
     if st.deleted:
         return None
+    if st.failing_until is not None and now < st.failing_until:
+        return st.failing_until  # nothing else moves it before then (``isolation.waiting``)
+    return _phase_deadline(st, settings, now)
+
+
+def _phase_deadline(st: RequestState, settings: Settings, now: float) -> float | None:
     match phase(st):
         case Phase.PENDING:
             times = [st.retry_at] if st.retry_at is not None else []

@@ -79,6 +79,8 @@ class Request:
     #: The gang the request is one attempt of, across requests ("" if unknown): a ProvisioningRequest of a Kueue
     #: Workload is one attempt of that Workload's gang, and Kueue makes the next attempt's request after a failure.
     gang: str = ""
+    #: Parameters not used as given (name, value, what is used instead): told once in an Event.
+    problems: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -116,6 +118,10 @@ class RequestState:
     ready_seen: set[str] = field(default_factory=set)
     #: When the first booked node that is still unready lost its readiness (None: every booked node is Ready).
     unready_since: float | None = None
+    #: Passes in a row in which a step of gangscale raised on this request, and when it is tried again
+    #: (:mod:`~gangscale.controller.isolation`).
+    failures: int = 0
+    failing_until: float | None = None
     #: Events to record with the next write: (type, reason, message).
     events: list[tuple[str, str, str]] = field(default_factory=list)
     #: The background task working on the request ("scale-up", "release", "write"), if any: the loop does not

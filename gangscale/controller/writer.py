@@ -18,6 +18,7 @@ from gangscale.controller.actuator import NotLeader
 from gangscale.controller.demand import DemandSource
 from gangscale.controller.effects import Effects, Written
 from gangscale.controller.indices import RequestIndex
+from gangscale.controller.isolation import failed
 from gangscale.controller.reconcile import deadline
 from gangscale.controller.request import Phase, RequestState, phase
 from gangscale.controller.settings import Settings
@@ -62,7 +63,12 @@ class StatusWriter:
             if retry is not None:
                 at = retry if at is None or at <= now else min(at, retry)
             self.queue.requeue(key, at if at is not None and at > now else None)
-            self._write(st, now)
+            try:
+                self._write(st, now)
+            except Exception as exc:
+                # One request's status that cannot be built is that request's failure (:mod:`.isolation`).
+                failed(st, "write the status of", exc, now, self.settings)
+                self.queue.requeue(key, st.failing_until)
 
     def _write(self, st: RequestState, now: float) -> None:
         if st.busy or st.deleted or self._retry_at.get(st.key, now) > now:

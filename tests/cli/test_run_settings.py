@@ -84,12 +84,13 @@ def test_values_come_from_the_command_line_else_the_environment_else_the_default
     ([], {"GANGSCALE_BATCH_IDLE": "soon"}, "GANGSCALE_BATCH_IDLE='soon': not a duration"),
     ([], {"GANGSCALE_EXPIRY": "-5"}, "GANGSCALE_EXPIRY='-5': not a duration"),
     ([], {"GANGSCALE_EXPIRY": "inf"}, "GANGSCALE_EXPIRY='inf': not a duration"),
+    (["--booking-ttl", "999999999999"], {}, "--booking-ttl='999999999999': more than 3650d (10 years)"),
     ([], {"GANGSCALE_CLASSES": " , "}, "GANGSCALE_CLASSES=' , ': names no ProvisioningRequest class"),
     ([], {"GANGSCALE_PROVIDER": "aws"}, "GANGSCALE_PROVIDER='aws': not one of simulated, gke"),
     ([], {"GANGSCALE_LOG_LEVEL": "loud"}, "GANGSCALE_LOG_LEVEL='loud': not a log level"),
     (["--for", "later"], {}, "--for='later': not a duration"),
 ], ids=["dry-run-on", "ray-gcs-yes", "port-abc", "port-range", "cli-port", "duration", "negative", "infinite",
-        "no-class", "provider", "log-level", "for"])
+        "too-long", "no-class", "provider", "log-level", "for"])
 def test_an_invalid_value_is_refused_naming_where_it_came_from(argv: list[str], env: dict[str, str],
                                                                  message: str) -> None:
     with pytest.raises(FlagError) as caught:
