@@ -52,6 +52,9 @@ class RayGcs:
         self.host = host
         self.changed = changed
         self.on = host.settings.ray_gcs and grpc_available()
+        #: Asked for (``--ray-gcs``) but impossible: the image has no ``gangscale[ray]`` extra.
+        self.missing_extra = host.settings.ray_gcs and not self.on
+        self._told_missing = False
         self.reader: GcsReader | None = None
         self.latest: dict[str, ResourceState] = {}
         self.errors: dict[str, str] = {}
@@ -61,6 +64,14 @@ class RayGcs:
     def track(self, clusters: Iterable[RayCluster]) -> None:
         """One poller per demand-source cluster; restarted when its endpoint changes, stopped when it goes."""
         if not self.on:
+            if self.missing_extra:  # no cluster's GCS can be read by this process: say so, once, and in the metric
+                clusters = list(clusters)
+                if clusters and not self._told_missing:
+                    self._told_missing = True
+                    log.warning("--ray-gcs is on, but this installation has no grpcio (the gangscale[ray] extra; "
+                                "image: docker build --build-arg EXTRAS=ray): no Ray head's GCS is read, the "
+                                "RayCluster specs alone are used, and gangscale_ray_gcs_reachable is 0")
+                self.host.metrics.set_ray_gcs({(c.namespace, c.name): False for c in clusters})
             return
         want = {c.uid: (c, Endpoint(c.gcs_address(), c.auth_secret())) for c in clusters}
         for uid in list(self._polls):

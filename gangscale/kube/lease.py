@@ -189,7 +189,9 @@ class LeaseElector:
             return False  # held by another, and seen alive within its duration
         if holder != config.identity:
             spec["acquireTime"] = stamp
-            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + (1 if holder else 0)
+            # As client-go's tryAcquireOrRenew: every acquire by a candidate that was not the holder is a transition,
+            # a lease released empty (SIGTERM) included; the holder's own renewals (and its restarts) are not.
+            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
         spec.update({"holderIdentity": config.identity, "leaseDurationSeconds": lease_seconds(config),
                      "renewTime": stamp})
         try:

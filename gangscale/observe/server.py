@@ -3,9 +3,10 @@
 Routes (GET, and HEAD as aiohttp adds it):
 
 ``/healthz``
-    Liveness: 200 ``ok`` or 503 with the reason from ``healthy()``.
+    Liveness: 200 or 503, with the reason from ``healthy()`` as the body (``ok`` when it gives none).
 ``/readyz``
-    Readiness: the same from ``ready()``.
+    Readiness: the same from ``ready()`` (a standby replica answers 200 ``standby: <holder> holds the leader
+    lease``).
 ``/metrics``
     The :class:`~gangscale.observe.metrics.Metrics` exposition.
 ``/debug/plans``
@@ -127,7 +128,7 @@ class ObserveServer:
             log.exception("%s check raised", name)
             ok, reason = False, f"{name} check raised {type(e).__name__}: {e}"
         if ok:
-            return web.Response(text="ok")
+            return web.Response(text=reason or "ok")
         return web.Response(status=503, text=reason or f"not {name}")
 
     async def _handle_healthz(self, request: web.Request) -> web.Response:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from gangscale.controller import raygcs as raygcs_module
 from gangscale.kube.resources import EVENTS, PODS, RAYCLUSTERS, WORKLOADS
 from tests.conftest import wait_for
 from tests.controller.harness import FAST, NS, Cluster, running_cluster
@@ -297,3 +298,21 @@ async def test_missing_replicas_and_gang_events_are_metrics_per_raycluster(tmp_p
         assert 'gangscale_ray_gang_events_total{dry_run="false",namespace="default",raycluster="train",' \
                'reason="CapacityNotFound"} 1.0' in text
         assert 'gangscale_ray_missing_replicas{group="gpu",namespace="default",raycluster="train"} 2.0' in text
+
+
+async def test_ray_gcs_asked_for_without_the_extra_says_so_once_and_reports_every_head_unreachable(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--ray-gcs`` (the default) where grpcio is missing: one warning naming the fix when the first RayCluster
+    appears, and ``gangscale_ray_gcs_reachable`` 0 for each cluster, instead of nothing at all (issue 25)."""
+    # An installation without the extra: the probe the GCS source asks (``sources.raygcs.grpc_available``).
+    monkeypatch.setattr(raygcs_module, "grpc_available", lambda: False)
+    async with running_cluster(tmp_path) as cl:
+        assert cl.ctl.settings.ray_gcs
+        await create_cluster(cl, raycluster("train", [group("gpu", limits=GPU8, max_replicas=8)]))
+        await create_cluster(cl, raycluster("tune", [group("gpu", limits=GPU8, max_replicas=8)]))
+        await cl.advance(7)
+        metrics = cl.ctl.metrics.render()[0].decode()
+    warnings = [r.getMessage() for r in caplog.records if "no grpcio" in r.getMessage()]
+    assert len(warnings) == 1 and "docker build --build-arg EXTRAS=ray" in warnings[0]
+    for name in ("train", "tune"):
+        assert f'gangscale_ray_gcs_reachable{{namespace="default",raycluster="{name}"}} 0.0' in metrics

@@ -34,7 +34,7 @@ from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault, LoggedRequest
 from tests.builders import PODTEMPLATES, PROVREQS, RAYCLUSTERS, WORKLOADS
 from tests.conftest import wait_for
-from tests.controller.harness import FAST, running_cluster
+from tests.controller.harness import FAST, Cluster, running_cluster
 from tests.deploy import helm
 from tests.deploy import manifests as m
 from tests.raybuilders import group, raycluster
@@ -60,6 +60,15 @@ def _node_leases_granted_exactly(requests: list[LoggedRequest]) -> set[m.Rule]:
         f"the kubelets use {sorted(used)}, the Role grants {sorted(rule[:3] for rule in granted)}")
     assert all(m.allows(granted, m.request_rule(r)) for r in leases)
     return m.rules_from_requests(leases)
+
+
+async def _repeat_an_event(cl: Cluster) -> None:
+    """An Event identical to one already sent is a PATCH of that Event's count (client-go's correlation): the recorder
+    the controller reports every decision with, told the same thing twice."""
+    pr = {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+          "metadata": {"name": "gone", "namespace": "default", "uid": "0b8e2a52-5d1c-4f5e-9a4e-6f1f2d1c0e11"}}
+    for _ in range(2):
+        await cl.ctl.effects.record(pr, [("Warning", "ScaleUpFailed", "the same message")])
 
 
 async def test_the_cluster_roles_grant_exactly_what_the_code_uses(tmp_path: Path) -> None:
@@ -119,6 +128,7 @@ async def test_the_cluster_roles_grant_exactly_what_the_code_uses(tmp_path: Path
         # A template that exists but that the reflector has not seen yet is fetched with a GET.
         await cl.http.request("DELETE", PODTEMPLATES.path("default", "slice"))
         assert await cl.get_pr("kept") is None
+        await _repeat_an_event(cl)
     requests = list(cl.server.requests)  # after shutdown: a watch is logged when its stream ends
 
     controller = _rules(requests, "gangscale")
@@ -161,9 +171,10 @@ async def test_dry_run_reads_only_and_ray_off_touches_no_ray_object(tmp_path: Pa
     allowed = helm.expected_cluster_rules(ray=ray, dry_run=dry_run, simulated_live=False)
     secrets = {("", "secrets", "get")} if ray else set()
     assert controller - secrets <= allowed, f"not granted: {sorted(controller - secrets - allowed)}"
-    # Every rule kept is used, but for two the main scenario above shows: a podtemplate GET (a template the watch
-    # has not delivered) and the deletion of a PR 7 days after it ended.
-    unexercised = {("", "podtemplates", "get"), ("autoscaling.x-k8s.io", "provisioningrequests", "delete")}
+    # Every rule kept is used, but for three the main scenario above shows: a podtemplate GET (a template the watch
+    # has not delivered), the deletion of a PR 7 days after it ended, and the patch of a repeated Event.
+    unexercised = {("", "podtemplates", "get"), ("autoscaling.x-k8s.io", "provisioningrequests", "delete"),
+                   ("", "events", "patch")}
     assert allowed - controller <= unexercised, sorted(allowed - controller)
     if dry_run:
         assert all(verb in helm.READ_VERBS for _, _, verb in controller)

@@ -11,6 +11,8 @@ with those features (``helm.expected_cluster_rules``). These tests need helm: th
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 
 from gangscale import __version__, cli
 from gangscale.config import parse_pool_yaml
+from gangscale.kube.transport import KubeHTTP
 from tests.deploy import helm
 from tests.deploy import manifests as m
 
@@ -213,3 +216,28 @@ def test_find_helm_names_the_installer_when_there_is_none(monkeypatch: pytest.Mo
     monkeypatch.setattr(helm, "find_helm", lambda: None)
     with pytest.raises(AssertionError, match=r"python hack/get_helm\.py"):
         helm.require_helm()
+
+
+async def test_ray_gcs_namespaces_that_do_not_exist_are_refused_before_anything_is_created(
+        kubeconfig: Path, http: KubeHTTP) -> None:
+    """Against a cluster (the embedded API server; ``--dry-run=server`` runs the chart's ``lookup`` calls there), a
+    missing namespace in ``ray.gcs.namespaces`` fails the render with one line naming it, so no object is created
+    and no failed release is left; once it exists, the render gets past the check. ``helm template`` (no cluster)
+    cannot check and renders as before."""
+    args = ("--set", "ray.gcs.enabled=true", "--set", "ray.gcs.namespaces={ml-team}")
+
+    def install() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([helm.require_helm(), "install", helm.RELEASE, str(helm.CHART), "--namespace", "default",
+                               "--dry-run=server", "--disable-openapi-validation", "--kubeconfig", str(kubeconfig),
+                               *args], capture_output=True, text=True, timeout=120, check=False)
+
+    missing = ('ray.gcs.namespaces: namespace "ml-team" does not exist; create it first '
+               '(kubectl create namespace ml-team)')
+    refused = await asyncio.to_thread(install)
+    assert refused.returncode != 0 and missing in refused.stderr, refused.stderr
+    await http.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
+                                                           "metadata": {"name": "ml-team"}})
+    past = await asyncio.to_thread(install)
+    # The embedded server serves no RBAC kinds, so the dry run stops later, at the Role itself: past the check.
+    assert missing not in past.stderr and "ray-token-reader" in past.stderr, past.stderr
+    assert any(o["kind"] == "Role" and o["metadata"]["namespace"] == "ml-team" for o in helm.template(*args))

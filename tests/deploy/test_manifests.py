@@ -72,6 +72,7 @@ CONTROLLER_RULES: set[m.Rule] = {
     ("", "pods", "list"),
     ("", "pods", "watch"),
     ("", "events", "create"),
+    ("", "events", "patch"),
     ("kueue.x-k8s.io", "workloads", "list"),
     ("kueue.x-k8s.io", "workloads", "watch"),
     ("ray.io", "rayclusters", "list"),

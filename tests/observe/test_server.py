@@ -80,10 +80,12 @@ async def test_port_zero_picks_a_free_port(observe: Fixture) -> None:
 
 
 PROBES = [
-    ("healthz-ok", "/healthz", "healthy", (True, "fine"), 200, "ok"),
+    ("healthz-ok", "/healthz", "healthy", (True, "fine"), 200, "fine"),
     ("healthz-failing", "/healthz", "healthy", (False, "watch stream stalled for 120s"), 503, "watch stream stalled"),
     ("healthz-no-reason", "/healthz", "healthy", (False, ""), 503, "not healthy"),
     ("readyz-ok", "/readyz", "ready", (True, ""), 200, "ok"),
+    ("readyz-standby", "/readyz", "ready", (True, "standby: r1 holds the leader lease"), 200,
+     "standby: r1 holds the leader lease"),
     ("readyz-not-ready", "/readyz", "ready", (False, "caches not synced"), 503, "caches not synced"),
 ]
 
