@@ -19,6 +19,12 @@ key by key: ``allocatable`` entries replace the catalog's estimate, ``labels`` r
 ``maxUnits`` is required: with accelerators that cost tens of dollars an hour, a pool without a stated maximum
 is an unbounded bill waiting for a runaway gang. Every problem in the file is collected and reported at once in
 a single :class:`ConfigError`, each naming the pool and field (``nodePools[1] (a3-h100).maxUnits: ...``).
+
+What the API server would refuse later is refused here (see :mod:`gangscale.configschema` for labels, taints,
+machine types and zones): taints repeating a key and effect (``validateNodeTaints``: "taints must be unique by
+key and effect pair"), and a key repeated within one YAML mapping. YAML itself keeps the last value silently;
+Kubernetes' strict decoding refuses the file (``sigs.k8s.io/yaml`` ``YAMLToJSONStrict``, go-yaml's
+``line N: key "maxUnits" already set in map``), and so does gangscale, naming both lines and both values.
 """
 
 from __future__ import annotations
@@ -88,10 +94,99 @@ def load_pool_file(path: str | os.PathLike[str]) -> PoolFile:
 
 def parse_pool_yaml(text: str, source: str = "<config>") -> PoolFile:
     try:
-        data = yaml.safe_load(text)
+        data, duplicates = _load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(source, [_yaml_problem(exc)]) from None
-    return parse_pool_file(data, source)
+    problems = [duplicate.problem(data) for duplicate in duplicates]
+    try:
+        pool_file = parse_pool_file(data, source)
+    except ConfigError as exc:
+        # The rest of the file is still checked, so that one run reports everything.
+        raise ConfigError(source, [*problems, *exc.problems]) from None
+    if problems:
+        raise ConfigError(source, problems)
+    return pool_file
+
+
+@dataclass(frozen=True, slots=True)
+class _DuplicateKey:
+    """A key written twice in one YAML mapping; ``loc`` is the repeated key's path in the loaded data."""
+
+    loc: tuple[int | str, ...]
+    line: int
+    first_line: int
+    first_value: str
+    value: str
+
+    def problem(self, data: object) -> str:
+        key = self.loc[-1]
+        return (f"{_data_path(self.loc, data)}: line {self.line}: key \"{key}\" already set in map at line "
+                f"{self.first_line}; got {self.first_value}, then {self.value}")
+
+
+def _load_yaml(text: str) -> tuple[object, list[_DuplicateKey]]:
+    """``yaml.safe_load``, and every key repeated within one mapping (which ``safe_load`` silently drops).
+
+    The node tree is searched before it is constructed: constructing applies merge keys (``<<: *base``) in
+    place, after which a key that legitimately overrides a merged one would look repeated.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, []
+        duplicates = _duplicate_keys(loader, node, (), set())
+        return loader.construct_document(node), duplicates
+    finally:
+        loader.dispose()
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_VALUE_TAG = "tag:yaml.org,2002:value"  # a plain "=" key; the constructor only reads it as a string later
+
+
+def _duplicate_keys(loader: yaml.SafeLoader, node: yaml.Node, loc: tuple[int | str, ...],
+                    walked: set[int]) -> list[_DuplicateKey]:
+    if id(node) in walked:
+        return []  # an alias of a node already searched (or of one that contains it)
+    walked.add(id(node))
+    found: list[_DuplicateKey] = []
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found += _duplicate_keys(loader, item, (*loc, index), walked)
+    elif isinstance(node, yaml.MappingNode):
+        first: dict[object, tuple[yaml.Node, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
+                continue  # merge keys may repeat; a complex key is refused by the constructor anyway
+            # Constructed, so that YAML 1.1 spellings of one key (yes/true, 0x1/1) count as the same key.
+            key = key_node.value if key_node.tag == _VALUE_TAG else loader.construct_object(key_node)
+            if key in first:
+                first_key, first_value = first[key]
+                found.append(_DuplicateKey((*loc, str(key)), key_node.start_mark.line + 1,
+                                           first_key.start_mark.line + 1, _yaml_text(first_value),
+                                           _yaml_text(value_node)))
+            else:
+                first[key] = (key_node, value_node)
+            found += _duplicate_keys(loader, value_node, (*loc, str(key)), walked)
+    return found
+
+
+def _yaml_text(node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode):
+        # A plain scalar as written; a quoted or block one (which may hold a newline) as a Python literal.
+        return str(node.value) if node.style is None else repr(node.value)
+    return "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
+
+
+def _data_path(loc: tuple[int | str, ...], data: object) -> str:
+    """``loc`` as the other problems name it: a pool by index and name (``nodePools[1] (a3-h100).zone``)."""
+    pools = data.get("nodePools") if isinstance(data, Mapping) else None
+    if len(loc) > 1 and loc[0] == "nodePools" and isinstance(loc[1], int) and isinstance(pools, list) \
+            and loc[1] < len(pools):
+        rest = _format_loc(loc[2:])
+        return f"{_pool_where(loc[1], pools[loc[1]])}{'.' if rest and rest[0] != '[' else ''}{rest}"
+    return _format_loc(loc) or "(top level)"
 
 
 def parse_pool_file(data: object, source: str = "<config>") -> PoolFile:
@@ -151,6 +246,7 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
         issues.append((f"labels.{POOL_LABEL}", "is set by gangscale to the pool's name and cannot be overridden"))
     if spec.min_units > spec.max_units:
         issues.append(("minUnits", f"must not exceed maxUnits ({spec.max_units}); got {spec.min_units}"))
+    issues.extend(_duplicate_taints(spec))
     if spec.gke is not None:
         issues.extend(_gke_issues(spec, nodes_per_unit))
     if issues:
@@ -170,6 +266,22 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
         price_per_unit_hour=spec.price_per_unit_hour,
         provider=_provider_sections(spec),
     )
+
+
+def _duplicate_taints(spec: PoolSpec) -> list[tuple[str, str]]:
+    """``validateNodeTaints`` (``pkg/apis/core/validation/validation.go``): taints must be unique by key and
+    effect pair; the value does not count."""
+    first: dict[tuple[str, str], int] = {}
+    issues = []
+    for index, taint in enumerate(spec.taints):
+        pair = (taint.key, taint.effect)
+        if pair in first:
+            issues.append((f"taints[{index}]", f"taints must be unique by key and effect pair; taints[{first[pair]}] "
+                                               f"already has key {taint.key} with effect {taint.effect}; got "
+                                               f"'{taint.key}={taint.value}:{taint.effect}'"))
+        else:
+            first[pair] = index
+    return issues
 
 
 def _provider_sections(spec: PoolSpec) -> dict[str, dict[str, Any]]:
@@ -291,6 +403,8 @@ def _schema_problems(exc: ValidationError, model: type[BaseModel], where: str) -
     problems = []
     for error in exc.errors(include_url=False):
         loc = tuple(error["loc"])
+        if loc[-1:] == ("[key]",):
+            loc = loc[:-1]  # pydantic's marker for a bad mapping key; the path ends with the key itself
         message = error["msg"]
         if error["type"] == "extra_forbidden":
             message = _unknown_field(model, loc)
@@ -349,7 +463,10 @@ def _format_loc(loc: tuple[int | str, ...]) -> str:
 
 def _pool_where(index: int, raw: object) -> str:
     name = raw.get("name") if isinstance(raw, Mapping) else None
-    return f"nodePools[{index}] ({name})" if isinstance(name, str) and name else f"nodePools[{index}]"
+    if not isinstance(name, str) or not name:
+        return f"nodePools[{index}]"
+    # A name with a newline in it (refused, but named in the problem) must not break the problem's one line.
+    return f"nodePools[{index}] ({name if name.isprintable() else repr(name)})"
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -3,25 +3,59 @@
 Every model forbids unknown keys, so a typo such as ``maxUnit`` is an error rather than a silently ignored
 field. Validation is strict: YAML's ``yes``/``1``/``1.0`` are not quietly turned into strings or ints, and a
 label value must be a string, as Kubernetes demands.
+
+What ends up on a Node is checked here as the API server checks it, because a value it refuses would make every
+scale-up fail with a 422 when the provider creates the pool's Nodes (``gangscale.model.k8svalidation`` holds the
+checks and cites them): label keys are qualified names and label values label values
+(``k8s.io/apimachinery/pkg/util/validation/validation.go`` ``IsQualifiedName``, ``IsValidLabelValue``, which
+``k8s.io/apimachinery/pkg/apis/meta/v1/validation`` ``ValidateLabels`` applies to every object's labels);
+taint keys are qualified names, taint values label values and effects one of three
+(``pkg/apis/core/validation/validation.go`` ``validateNodeTaints``; its unique-by-key-and-effect rule is
+checked by :mod:`gangscale.config`). Machine types and zones become label values of the pool's Nodes
+(``node.kubernetes.io/instance-type``, ``topology.kubernetes.io/zone``) and are checked as such, whatever the
+cloud: a GCE name (an RFC 1035 label), an EC2 instance type (``p5.48xlarge``) and every zone name pass. A cloud's
+own, stricter naming is its provider's to check.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from gangscale.model.k8svalidation import is_dns1123_label, is_label_value, is_qualified_name
 from gangscale.model.scheduling import TAINT_EFFECTS
 
 #: Upper bound on ``maxUnits``: a guard against a stray digit, not a statement about any cloud's capacity.
 MAX_UNITS_LIMIT = 100_000
 DEFAULT_PROVISION_SECONDS = 60.0
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_LABEL_MAX = 63
+
+def _syntax(check: Callable[[str], list[str]], what: str, empty_ok: bool = False) -> AfterValidator:
+    """A string checked by one of :mod:`gangscale.model.k8svalidation`'s functions: one error naming the value,
+    with every upstream message (joined by ``; ``, as ``validateNodeTaints`` joins a value's). The value is
+    shown as a Python literal, so that a stray newline or quote stays on the error's one line."""
+    def validate(value: str) -> str:
+        problems = [] if empty_ok and not value else check(value)
+        if problems:
+            # One placeholder: the value is the user's text and must not be read as a template.
+            raise PydanticCustomError("k8s_syntax", "{message}",
+                                      {"message": f"{what}: {'; '.join(problems)}; got {value!r}"})
+        return value
+    return AfterValidator(validate)
+
+
+_REFUSED = "the API server would refuse the pool's nodes"
+#: A node label key or taint key (``IsQualifiedName``).
+LabelKey = Annotated[str, _syntax(is_qualified_name, f"not a valid label key ({_REFUSED})")]
+#: A node label value or taint value (``IsValidLabelValue``).
+LabelValue = Annotated[str, _syntax(is_label_value, f"not a valid label value ({_REFUSED})")]
+#: A machine type or zone: a label value of the pool's Nodes (``IsValidLabelValue``), or unset.
+NodeLabelValue = Annotated[str, _syntax(is_label_value, f"not a valid label value ({_REFUSED})", empty_ok=True)]
 
 
 class _Strict(BaseModel):
@@ -29,8 +63,8 @@ class _Strict(BaseModel):
 
 
 class TaintSpec(_Strict):
-    key: str = Field(min_length=1)
-    value: str = ""
+    key: Annotated[str, Field(min_length=1), _syntax(is_qualified_name, f"not a valid taint key ({_REFUSED})")]
+    value: Annotated[str, _syntax(is_label_value, f"not a valid taint value ({_REFUSED})")] = ""
     effect: str
 
     @field_validator("effect")
@@ -118,9 +152,9 @@ class GkeSpec(_Strict):
     @field_validator("node_pool", "cluster")
     @classmethod
     def _gke_name(cls, name: str) -> str:
-        if name and (len(name) > 40 or not _GKE_NAME.match(name)):
+        if name and (len(name) > 40 or not _GKE_NAME.fullmatch(name)):
             raise PydanticCustomError("gke_name", "must be a GKE name: lowercase letters, digits and '-', starting "
-                                      "with a letter, at most 40 characters; got '{name}'", {"name": name})
+                                      "with a letter, at most 40 characters; got {name}", {"name": repr(name)})
         return name
 
 
@@ -128,8 +162,8 @@ class PoolSpec(_Strict):
     """One ``nodePools[]`` entry, as written; :func:`gangscale.config.parse_pool_file` resolves it."""
 
     name: str
-    machine_type: str = ""
-    labels: dict[str, str] = Field(default_factory=dict)
+    machine_type: NodeLabelValue = ""
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     # Quantities are checked while resolving, where a bad one can be reported with its resource name.
     allocatable: dict[str, Any] = Field(default_factory=dict)
@@ -138,7 +172,7 @@ class PoolSpec(_Strict):
     min_units: int = Field(default=0, ge=0)
     # Required on purpose: a pool without a maximum could scale expensive accelerators without bound.
     max_units: int = Field(ge=0, le=MAX_UNITS_LIMIT)
-    zone: str = ""
+    zone: NodeLabelValue = ""
     price_per_unit_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     simulated: SimulatedSpec | None = None
     gke: GkeSpec | None = None
@@ -146,10 +180,11 @@ class PoolSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, name: str) -> str:
-        if len(name) > _DNS_LABEL_MAX or not _DNS_LABEL.match(name):
+        # The name is the value of the gangscale.io/node-pool label and of GKE's node pool label.
+        if is_dns1123_label(name):
             raise PydanticCustomError(
                 "dns_label", "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
-                "with a letter or digit, at most 63 characters; got '{name}'", {"name": name})
+                "with a letter or digit, at most 63 characters; got {name}", {"name": repr(name)})
         return name
 
 

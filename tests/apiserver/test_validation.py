@@ -30,6 +30,7 @@ SUBDOMAIN_MSG = (
 )
 NOW = "2026-08-01T10:00:00Z"
 POD_SET = {"podTemplateRef": {"name": "t"}, "count": 1}
+COUNT = "spec.podSets[0].count"
 
 
 def provreq() -> JSON:
@@ -109,9 +110,14 @@ PR_CASES: list[tuple[str, Callable[[], JSON], list[Cause]]] = [
     ("count-string", lambda: set_path(provreq(), "spec.podSets[0].count", "4"),
      [(TYP, "spec.podSets[0].count",
        'Invalid value: "string": spec.podSets[0].count in body must be of type integer: "string"')]),
-    ("count-fraction-reports-format", lambda: set_path(provreq(), "spec.podSets[0].count", 1.5),
+    ("count-fraction-reports-format-and-range", lambda: set_path(provreq(), "spec.podSets[0].count", 1.5),
      [(TYP, "spec.podSets[0].count",
-       'Invalid value: "float64": spec.podSets[0].count in body must be of type int32: "float64"')]),
+       'Invalid value: "float64": spec.podSets[0].count in body must be of type int32: "float64"'),
+      (INV, "<nil>", f'Invalid value: "": Checked value must be of type integer with format int32 in {COUNT}')]),
+    ("count-beyond-int32", lambda: set_path(provreq(), "spec.podSets[0].count", 2 ** 31),
+     [(INV, "<nil>", f'Invalid value: "": Checked value must be of type integer with format int32 in {COUNT}')]),
+    ("count-integral-float-beyond-int32", lambda: set_path(provreq(), "spec.podSets[0].count", 2.0 ** 31),
+     [(INV, "<nil>", f'Invalid value: "": Checked value must be of type integer with format int32 in {COUNT}')]),
     ("too-many-podsets", lambda: set_path(provreq(), "spec.podSets", [POD_SET] * 33),
      [(MANY, "spec.podSets", "Too many: 33: must have at most 32 items")]),
     ("template-name-missing", lambda: set_path(provreq(), "spec.podSets[0].podTemplateRef", {}),
@@ -144,6 +150,12 @@ PR_CASES: list[tuple[str, Callable[[], JSON], list[Cause]]] = [
      [(TYP, "status.conditions[0].lastTransitionTime",
        'Invalid value: "yesterday": status.conditions[0].lastTransitionTime in body must be of type '
        'date-time: "yesterday"')]),
+    ("observed-generation-beyond-int64", lambda: with_status(condition(observedGeneration=2 ** 63)),
+     [(TYP, "status.conditions[0].observedGeneration",
+       'Invalid value: "float64": status.conditions[0].observedGeneration in body must be of type int64: '
+       '"float64"'),
+      (INV, "<nil>", 'Invalid value: "": Checked value must be of type integer with format int64 in '
+                     "status.conditions[0].observedGeneration")]),
     ("observed-generation-negative", lambda: with_status(condition(observedGeneration=-1)),
      [(INV, "status.conditions[0].observedGeneration",
        "Invalid value: -1: status.conditions[0].observedGeneration in body should be greater than or equal "
@@ -273,8 +285,75 @@ ACCEPTED = [
     ("date-time-offset-and-fraction", _schema(t={"type": "string", "format": "date-time"}),
      {"t": "2026-02-28T23:59:59.123456+02:00"}),
     ("unknown-format-ignored", _schema(t={"type": "string", "format": "no-such-format"}), {"t": "x"}),
-    ("int32-not-range-checked", _schema(n={"type": "integer", "format": "int32"}), {"n": 2 ** 40}),
+    ("int32-max", _schema(n={"type": "integer", "format": "int32"}), {"n": 2 ** 31 - 1}),
+    ("int32-min", _schema(n={"type": "integer", "format": "int32"}), {"n": -(2 ** 31)}),
+    ("int32-integral-float", _schema(n={"type": "integer", "format": "int32"}), {"n": 2147483647.0}),
+    ("int64-max", _schema(n={"type": "integer", "format": "int64"}), {"n": 2 ** 63 - 1}),
+    ("int64-min", _schema(n={"type": "integer"}), {"n": -(2 ** 63)}),
+    ("float32-max", _schema(n={"type": "number", "format": "float"}), {"n": 3.4028234663852886e38}),
+    ("double-not-range-checked", _schema(n={"type": "number", "format": "double"}), {"n": 1e308}),
+    ("int32-format-on-number-is-dropped", _schema(n={"type": "number", "format": "int32"}), {"n": 2 ** 31}),
+    ("int-or-string-not-range-checked", _schema(v={"x-kubernetes-int-or-string": True, "format": "int32"}),
+     {"v": 2 ** 40}),
 ]
+
+
+def _range(prefix: str, kind: str, fmt: str, path: str = "n") -> Cause:
+    form = f"with format {fmt}" if fmt else "(default format)"
+    return (INV, "<nil>", f'Invalid value: "": {prefix} value must be of type {kind} {form} in {path}')
+
+
+# kube-openapi validate/values.go IsValueValidAgainstRange, run by numberValidator (validator.go) since the
+# 2026-01-09 commit in Kubernetes 1.36's kube-openapi; cases from its TestNumericFormatEnforcement and beyond.
+RANGE_CASES: list[tuple[str, JSON, JSON, list[Cause]]] = [
+    ("int32-overflow", _schema(n={"type": "integer", "format": "int32"}), {"n": 2147483648},
+     [_range("Checked", "integer", "int32")]),
+    ("int32-underflow", _schema(n={"type": "integer", "format": "int32"}), {"n": -2147483649},
+     [_range("Checked", "integer", "int32")]),
+    ("int32-nested-path", _schema(a={"type": "array", "items": _schema(n={"type": "integer", "format": "int32"})}),
+     {"a": [{"n": 1}, {"n": 2 ** 40}]}, [_range("Checked", "integer", "int32", "a[1].n")]),
+    ("int32-near-integer-passes-type-not-range", _schema(n={"type": "integer", "format": "int32"}),
+     {"n": 100000000.01}, [_range("Checked", "integer", "int32")]),
+    ("int32-negative-fraction", _schema(n={"type": "integer", "format": "int32"}), {"n": -0.5},
+     [(TYP, "n", 'Invalid value: "float64": n in body must be of type int32: "float64"'),
+      _range("Checked", "integer", "int32")]),
+    ("int64-overflow-is-a-float64", _schema(n={"type": "integer", "format": "int64"}), {"n": 2 ** 63},
+     [(TYP, "n", 'Invalid value: "float64": n in body must be of type int64: "float64"'),
+      _range("Checked", "integer", "int64")]),
+    ("integer-default-format-overflow", _schema(n={"type": "integer"}), {"n": -(2 ** 64)},
+     [(TYP, "n", 'Invalid value: "number": n in body must be of type integer: "number"'),
+      _range("Checked", "integer", "")]),
+    # Go decodes -2^63-1 as a float64, which rounds to -2^63: no longer an integer, yet inside int64's range.
+    ("int64-min-minus-one-rounds-into-range", _schema(n={"type": "integer"}), {"n": -(2 ** 63) - 1},
+     [(TYP, "n", 'Invalid value: "number": n in body must be of type integer: "number"')]),
+    ("integer-default-format-fraction", _schema(n={"type": "integer"}), {"n": 1.5},
+     [(TYP, "n", 'Invalid value: "number": n in body must be of type integer: "number"'),
+      _range("Checked", "integer", "")]),
+    ("integral-float-beyond-2-53-is-not-an-integer", _schema(n={"type": "integer"}), {"n": 2.0 ** 53},
+     [(TYP, "n", 'Invalid value: "number": n in body must be of type integer: "number"')]),
+    ("float32-overflow", _schema(n={"type": "number", "format": "float"}), {"n": 3.5e38},
+     [_range("Checked", "number", "float")]),
+    ("float32-negative-overflow", _schema(n={"type": "number", "format": "float"}), {"n": -1e39},
+     [_range("Checked", "number", "float")]),
+    ("maximum-beyond-int32", _schema(n={"type": "integer", "format": "int32", "maximum": 2 ** 32}),
+     {"n": 2 ** 32 + 1},
+     [_range("Checked", "integer", "int32"), _range("Maximum boundary", "integer", "int32"),
+      (INV, "n", "Invalid value: 4.294967297e+09: n in body should be less than or equal to 4.294967296e+09")]),
+    ("fractional-minimum-on-integer", _schema(n={"type": "integer", "minimum": 0.5}), {"n": 0},
+     [_range("Minimum boundary", "integer", ""),
+      (INV, "n", "Invalid value: 0: n in body should be greater than or equal to 0.5")]),
+    ("fractional-multiple-of-on-integer", _schema(n={"type": "integer", "multipleOf": 0.5}), {"n": 2},
+     [_range("MultipleOf", "integer", "")]),
+]
+
+
+@pytest.mark.parametrize(("schema", "obj", "expected"), [c[1:] for c in RANGE_CASES], ids=[c[0] for c in RANGE_CASES])
+def test_numeric_formats_are_range_checked(schema: JSON, obj: JSON, expected: list[Cause]) -> None:
+    err = invalid_error(obj, schema, kind="Widget", group="example.com")
+    assert causes(err) == expected
+    assert err.message == 'Widget.example.com "pr" is invalid: ' + (
+        f"{expected[0][1]}: {expected[0][2]}" if len(expected) == 1
+        else "[" + ", ".join(f"{f}: {m}" for _, f, m in expected) + "]")
 
 
 @pytest.mark.parametrize(("schema", "obj"), [c[1:] for c in ACCEPTED], ids=[c[0] for c in ACCEPTED])

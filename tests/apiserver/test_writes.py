@@ -168,6 +168,20 @@ async def test_provreq_spec_bounds_on_create(http: KubeHTTP, spec_patch: JSON, f
     assert field in [c.get("field") for c in err.value.body["details"]["causes"]]
 
 
+async def test_provreq_count_beyond_int32_is_a_range_error_at_the_nil_path(http: KubeHTTP) -> None:
+    # Kubernetes 1.36's kube-openapi range-checks format int32; the error is a plain Go error, which
+    # apiextensions reports at the nil field path (see gangscale.sim.apiserver.validation).
+    with pytest.raises(ApiError) as err:
+        await http.request("POST", b.PROVREQS.path("default"), body=b.provreq("big", count=2 ** 31))
+    detail = 'Invalid value: "": Checked value must be of type integer with format int32 in spec.podSets[0].count'
+    assert (err.value.status, err.value.reason) == (422, "Invalid")
+    assert err.value.message == f'ProvisioningRequest.autoscaling.x-k8s.io "big" is invalid: <nil>: {detail}'
+    assert err.value.body["details"]["causes"] == [{"reason": "FieldValueInvalid", "message": detail,
+                                                    "field": "<nil>"}]
+    created = await http.request("POST", b.PROVREQS.path("default"), body=b.provreq("max", count=2 ** 31 - 1))
+    assert created["spec"]["podSets"][0]["count"] == 2 ** 31 - 1
+
+
 async def test_provreq_spec_is_immutable(http: KubeHTTP) -> None:
     await _pr(http)
     with pytest.raises(ApiError) as err:

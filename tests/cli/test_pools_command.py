@@ -49,3 +49,24 @@ def test_an_invalid_file_lists_every_problem_and_exits_1(tmp_path: Path, capsys:
 def test_a_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pools", str(tmp_path / "nope.yaml")]) == 1
     assert "cannot read the pool file" in capsys.readouterr().err
+
+
+def test_what_the_api_server_would_refuse_later_exits_1_one_line_each(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "pools.yaml"
+    path.write_text("nodePools:\n"
+                    "  - name: cpu\n"
+                    "    allocatable: {cpu: \"16\", memory: 64Gi}\n"
+                    "    maxUnits: 2\n"
+                    "    labels: {team: \"ml training\"}\n"
+                    "    maxUnits: 200\n")
+    assert main(["pools", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f'{path}: nodePools[0] (cpu).maxUnits: line 6: key "maxUnits" already set in map at line 4; got 2, then 200',
+        f"{path}: nodePools[0] (cpu).labels.team: not a valid label value (the API server would refuse the pool's "
+        "nodes): a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+        "must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "
+        "for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?'); got 'ml training'",
+    ]

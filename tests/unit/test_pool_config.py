@@ -336,3 +336,142 @@ def test_the_pool_label_cannot_be_overridden() -> None:
             "   labels: {gangscale.io/node-pool: x}}\n")
     with pytest.raises(ConfigError, match=r"nodePools\[0\] \(cpu\)\.labels\.gangscale\.io/node-pool: is set by"):
         parse_pool_yaml(text)
+
+
+# --- what the API server would refuse later (issue 25) -------------------------------------------------------
+# Upstream's texts, written out here rather than imported, so that the tests check the wording independently:
+# k8s.io/apimachinery/pkg/util/validation/validation.go (RegexError, MaxLenError, IsQualifiedName,
+# IsValidLabelValue).
+QNAME = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+         "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+         "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+LABEL_VALUE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and "
+               "must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', "
+               "regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+SUBDOMAIN = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+             "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+             r"'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+REFUSED = "(the API server would refuse the pool's nodes)"
+NODE_LABEL = f"not a valid label value {REFUSED}"
+CPU_POOL: JSON = {"name": "cpu", "allocatable": {"cpu": "16", "memory": "64Gi"}, "maxUnits": 2}
+LONG = "a" * 64
+
+
+def _taints(*taints: tuple[str, str, str]) -> JSON:
+    return {"taints": [{"key": k, "value": v, "effect": e} for k, v, e in taints]}
+
+
+@pytest.mark.parametrize(("extra", "field", "message"), [
+    ({"labels": {"team": "ml training"}}, "labels.team",
+     f"not a valid label value {REFUSED}: {LABEL_VALUE}; got 'ml training'"),
+    ({"labels": {"team": "-ml"}}, "labels.team", f"not a valid label value {REFUSED}: {LABEL_VALUE}; got '-ml'"),
+    ({"labels": {"team": LONG}}, "labels.team",
+     f"not a valid label value {REFUSED}: must be no more than 63 characters; got '{LONG}'"),
+    ({"labels": {"team": LONG + "!"}}, "labels.team",
+     f"not a valid label value {REFUSED}: must be no more than 63 characters; {LABEL_VALUE}; got '{LONG}!'"),
+    ({"labels": {"ml team": "x"}}, "labels.ml team",
+     f"not a valid label key {REFUSED}: name part {QNAME}; got 'ml team'"),
+    ({"labels": {"example.com/a/b": "x"}}, "labels.example.com/a/b",
+     f"not a valid label key {REFUSED}: a valid label key {QNAME} with an optional DNS subdomain prefix and '/' "
+     "(e.g. 'example.com/MyName'); got 'example.com/a/b'"),
+    ({"labels": {"Example.com/team": "x"}}, "labels.Example.com/team",
+     f"not a valid label key {REFUSED}: prefix part {SUBDOMAIN}; got 'Example.com/team'"),
+    ({"labels": {"/team": "x"}}, "labels./team",
+     f"not a valid label key {REFUSED}: prefix part must be non-empty; got '/team'"),
+    ({"labels": {"example.com/": "x"}}, "labels.example.com/",
+     f"not a valid label key {REFUSED}: name part must be non-empty; name part {QNAME}; got 'example.com/'"),
+    ({"labels": {f"example.com/{LONG}": "x"}}, f"labels.example.com/{LONG}",
+     f"not a valid label key {REFUSED}: name part must be no more than 63 characters; got 'example.com/{LONG}'"),
+    ({"labels": {"a" * 254 + "/team": "x"}}, "labels." + "a" * 254 + "/team",
+     f"not a valid label key {REFUSED}: prefix part must be no more than 253 characters; got '{'a' * 254}/team'"),
+    (_taints(("dedicated team", "", "NoSchedule")), "taints[0].key",
+     f"not a valid taint key {REFUSED}: name part {QNAME}; got 'dedicated team'"),
+    (_taints(("dedicated", "ml training", "NoSchedule")), "taints[0].value",
+     f"not a valid taint value {REFUSED}: {LABEL_VALUE}; got 'ml training'"),
+    (_taints(("dedicated", "a", "NoSchedule"), ("dedicated", "b", "NoSchedule")), "taints[1]",
+     "taints must be unique by key and effect pair; taints[0] already has key dedicated with effect NoSchedule; "
+     "got 'dedicated=b:NoSchedule'"),
+    (_taints(("d", "", "NoSchedule"), ("e", "", "NoExecute"), ("e", "x", "NoExecute")), "taints[2]",
+     "taints must be unique by key and effect pair; taints[1] already has key e with effect NoExecute; "
+     "got 'e=x:NoExecute'"),
+    ({"machineType": "n2 standard 8"}, "machineType", f"{NODE_LABEL}: {LABEL_VALUE}; got 'n2 standard 8'"),
+    ({"machineType": "-n2"}, "machineType", f"{NODE_LABEL}: {LABEL_VALUE}; got '-n2'"),
+    ({"machineType": "a" * 64}, "machineType",
+     f"{NODE_LABEL}: must be no more than 63 characters; got '{'a' * 64}'"),
+    ({"zone": "us central1-a"}, "zone", f"{NODE_LABEL}: {LABEL_VALUE}; got 'us central1-a'"),
+    ({"zone": "us-central1-a\n"}, "zone", f"{NODE_LABEL}: {LABEL_VALUE}; got 'us-central1-a\\n'"),
+    ({"zone": "us-central1-"}, "zone", f"{NODE_LABEL}: {LABEL_VALUE}; got 'us-central1-'"),
+    ({"name": "cpu\n"}, "name", "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending "
+                                "with a letter or digit, at most 63 characters; got 'cpu\\n'"),
+    ({"gke": {"project": "p", "location": "us-central1", "cluster": "c\n"}}, "gke.cluster",
+     "must be a GKE name: lowercase letters, digits and '-', starting with a letter, at most 40 characters; got "
+     "'c\\n'"),
+], ids=["label-value-space", "label-value-leading-dash", "label-value-too-long", "label-value-too-long-and-bad",
+        "label-key-space", "label-key-two-slashes", "label-key-prefix-upper-case", "label-key-empty-prefix",
+        "label-key-empty-name", "label-key-name-too-long", "label-key-prefix-too-long", "taint-key-space",
+        "taint-value-space", "taint-duplicate-key-and-effect", "taint-duplicate-later", "machine-type-spaces",
+        "machine-type-leading-dash", "machine-type-too-long", "zone-space", "zone-trailing-newline",
+        "zone-trailing-dash", "name-trailing-newline", "gke-cluster-trailing-newline"])
+def test_what_the_api_server_would_refuse_is_one_line_naming_field_and_value(extra: JSON, field: str,
+                                                                               message: str) -> None:
+    pool = {**CPU_POOL, **extra}
+    name = pool["name"] if pool["name"].isprintable() else repr(pool["name"])
+    assert errors_of({"nodePools": [pool]}) == f"pools.yaml: nodePools[0] ({name}).{field}: {message}"
+
+
+@pytest.mark.parametrize("extra", [
+    {"labels": {"team": ""}},
+    {"labels": {"team": "a" * 63, "example.com/" + "b" * 63: "x"}},
+    {"labels": {"Team_1.x": "ML_training-2.0", "a" * 253 + "/t": "v"}},
+    _taints(("example.com/dedicated", "", "NoSchedule"), ("example.com/dedicated", "", "NoExecute")),
+    _taints(("spot", "true", "PreferNoSchedule"), ("Spot", "true", "PreferNoSchedule")),
+    {"machineType": "custom-4-16384", "zone": "us-central1-a"},
+    {"machineType": "n2-custom-4-8192-ext", "zone": "europe-west4-b"},
+    {"machineType": "a" * 63},
+    {"machineType": "p5.48xlarge", "zone": "us-east-1a"},
+], ids=["empty-label-value", "63-character-names", "mixed-case-key-and-value", "same-taint-key-other-effect",
+        "taint-keys-differ-by-case", "custom-machine-type", "extended-custom-machine-type", "63-character-machine",
+        "ec2-instance-type"])
+def test_what_the_api_server_accepts_is_accepted(extra: JSON) -> None:
+    only_pool({**CPU_POOL, **extra})
+
+
+DUPLICATE_CASES = [
+    ("pool-field", "nodePools:\n- name: cpu\n  allocatable: {cpu: '16', memory: 64Gi}\n  maxUnits: 2\n"
+                   "  maxUnits: 200\n",
+     ['nodePools[0] (cpu).maxUnits: line 5: key "maxUnits" already set in map at line 4; got 2, then 200']),
+    ("flow-mapping", "nodePools:\n- {name: cpu, allocatable: {cpu: '16', memory: 64Gi}, maxUnits: 2,\n"
+                     "   labels: {team: a, 'team': \"b\"}}\n",
+     ["nodePools[0] (cpu).labels.team: line 3: key \"team\" already set in map at line 3; got a, then 'b'"]),
+    ("top-level", "planner: {policy: [nodes]}\nnodePools:\n- {name: cpu, allocatable: {cpu: '16', memory: 64Gi},"
+                  " maxUnits: 2}\nplanner:\n  policy: [price]\n",
+     ['planner: line 4: key "planner" already set in map at line 1; got a mapping, then a mapping']),
+    ("name-uses-the-last-value", "nodePools:\n- name: a\n  name: b\n  allocatable: {cpu: '16', memory: 64Gi}\n"
+                                 "  maxUnits: 2\n",
+     ['nodePools[0] (b).name: line 3: key "name" already set in map at line 2; got a, then b']),
+    ("three-times-and-other-problems", "nodePools:\n- name: cpu\n  maxUnits: 1\n  maxUnits: 2\n  maxUnits: -3\n",
+     ['nodePools[0] (cpu).maxUnits: line 4: key "maxUnits" already set in map at line 3; got 1, then 2',
+      'nodePools[0] (cpu).maxUnits: line 5: key "maxUnits" already set in map at line 3; got 1, then -3',
+      "nodePools[0] (cpu).maxUnits: Input should be greater than or equal to 0"]),
+]
+
+
+@pytest.mark.parametrize(("text", "problems"), [c[1:] for c in DUPLICATE_CASES], ids=[c[0] for c in DUPLICATE_CASES])
+def test_a_key_repeated_in_one_mapping_is_refused_with_its_lines(text: str, problems: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_pool_yaml(text, "pools.yaml")
+    assert list(caught.value.problems) == problems
+
+
+def test_merge_keys_may_be_overridden_without_a_duplicate() -> None:
+    text = """
+nodePools:
+  - &base {name: a, machineType: g2-standard-4, maxUnits: 1, labels: {team: ml}}
+  - <<: *base
+    name: b
+  - <<: [*base]
+    name: c
+    maxUnits: 3
+"""
+    pools = parse_pool_yaml(text, "pools.yaml").pools
+    assert [(p.name, p.max_units, p.labels["team"]) for p in pools] == [("a", 1, "ml"), ("b", 1, "ml"), ("c", 3, "ml")]

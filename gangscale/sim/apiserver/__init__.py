@@ -77,11 +77,13 @@ What it does NOT reproduce (known gaps):
   v1beta1/v1beta2, whose field names differ upstream.
 - CEL validation rules other than ``self == oldSelf``; built-in kinds are not checked against their
   schemas, so unknown fields of built-in kinds are kept, not rejected (and a wrongly typed field is not a
-  400). Built-in validation leaves out: volumes, ports, env, probes' contents, security contexts, DNS config,
-  topology spread constraints, resource claims, pod-level resources and OS rules in pod specs; Secrets,
-  Namespaces' finalizer names; a Job's immutable fields and pod failure / success policies; Node podCIDR
-  formats; Pod status. Defaults are applied on create only (the real server defaults on every decode), so
-  fields it always defaults are not reported missing on update.
+  400, nor is a number too large for its Go field, such as a Pod's int32 ``containerPort`` or a Job's
+  ``parallelism``, which the real server fails to decode; custom resources' ``int32``/``int64`` formats are
+  range-checked, see ``validation``). Built-in validation leaves out: volumes, ports, env, probes' contents,
+  security contexts, DNS config, topology spread constraints, resource claims, pod-level resources and OS
+  rules in pod specs; Secrets, Namespaces' finalizer names; a Job's immutable fields and pod failure /
+  success policies; Node podCIDR formats; Pod status. Defaults are applied on create only (the real server
+  defaults on every decode), so fields it always defaults are not reported missing on update.
 - Client-supplied ``managedFields`` on update are ignored (the server recomputes them).
 - Tables: batch/v1 Jobs print NAME AGE (upstream has STATUS COMPLETIONS DURATION ...); Pod STATUS ignores init
   containers (``Init:x/y``); column descriptions are short summaries, not upstream's API docs; watch streams

@@ -21,13 +21,15 @@ Reproduces (Kubernetes 1.36), reported together with the ObjectMeta errors in on
 - Lease (``ValidateLeaseSpec``): ``leaseDurationSeconds`` > 0, ``leaseTransitions`` >= 0, ``strategy``
   values, ``preferredHolder`` only with a strategy.
 
-Not reproduced: the Job's immutable fields (``completions``, ``selector``, ``template`` after start),
-``validateGeneratedSelector`` and its pod-failure / success policies; node ``podCIDRs`` format and
-dual-stack rules, status addresses; LeaseCandidates; core v1 Events' separate, later ObjectMeta pass (a
-path-segment name rule; we apply the DNS-subdomain rule together with the rest). Unverified against a live
-server: a duplicate taint's bad value (upstream prints the internal ``core.Taint``, which has no JSON tags:
-``{"Key":...,"Value":...,"Effect":...,"TimeAdded":null}``) and an Event's immutable-field values (we print
-the JSON of the v1 field).
+Not reproduced: integer ranges (a value beyond its Go field's int32/int64, e.g. ``spec.parallelism`` or a
+container port, is a decoding error upstream, a 400 before any validation; our objects are not decoded into
+typed structs, so such values are stored); the Job's immutable fields (``completions``, ``selector``,
+``template`` after start), ``validateGeneratedSelector`` and its pod-failure / success policies; node
+``podCIDRs`` format and dual-stack rules, status addresses; LeaseCandidates; core v1 Events' separate,
+later ObjectMeta pass (a path-segment name rule; we apply the DNS-subdomain rule together with the rest).
+Unverified against a live server: a duplicate taint's bad value (upstream prints the internal ``core.Taint``,
+which has no JSON tags: ``{"Key":...,"Value":...,"Effect":...,"TimeAdded":null}``) and an Event's
+immutable-field values (we print the JSON of the v1 field).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ Reproduces (Kubernetes 1.36, the version the embedded server reports; sources: a
   ``a valid label key must consist of ...`` - releases before ``content`` said ``a qualified name``),
   ``IsValidLabelValue``,
   ``IsDNS1123Subdomain``/``Label``, ``IsDNS1035Label``, path-segment names, with the exact
-  ``RegexError`` texts (``(e.g. 'MyName',  or 'my.name', ...`` - the double space is upstream's);
+  ``RegexError`` texts (``(e.g. 'MyName',  or 'my.name', ...`` - the double space is upstream's). These
+  pure checks live in :mod:`gangscale.model.k8svalidation`, which the pool file shares, and are
+  re-exported here;
 - ``ValidateObjectMetaAccessor`` on create: generateName (validated with the trailing dash masked),
   ``name or generateName is required``, namespace required/forbidden, negative generation, labels,
   annotations (keys lower-cased, total size <= 256 KiB), owner references, finalizers;
@@ -17,19 +19,30 @@ Reproduces (Kubernetes 1.36, the version the embedded server reports; sources: a
 
 Not reproduced: the banned-owner check (Events as owners), managedFields validation, the
 ``resourceVersion must be specified for an update`` and ``generation must not be decremented`` checks
-(the storage layer owns those), and the finalizer-on-deleting-object rule. ``IsDNS1123Label``'s
-``must not contain dots`` variant comes from current upstream source; the release that introduced it was
-not verified.
+(the storage layer owns those), and the finalizer-on-deleting-object rule.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
+# Product code (the pool file) uses the same checks, so they live below gangscale.sim; re-exported here.
+from gangscale.model.k8svalidation import (
+    is_dns1035_label,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_label_value,
+    is_qualified_name,
+)
 from gangscale.sim.apiserver import fielderrors as fe
 from gangscale.sim.apiserver.fielderrors import FieldError
+
+__all__ = [
+    "IMMUTABLE", "NAME_RULES", "OBJECT_META_FIELDS", "TOTAL_ANNOTATION_SIZE_LIMIT", "NameValidator",
+    "annotation_errors", "is_dns1035_label", "is_dns1123_label", "is_dns1123_subdomain", "is_label_value",
+    "is_qualified_name", "label_errors", "object_meta_errors", "validate_object_meta",
+]
 
 JSON = dict[str, Any]
 NameValidator = Callable[[str, bool], list[str]]
@@ -37,98 +50,12 @@ NameValidator = Callable[[str, bool], list[str]]
 TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
 IMMUTABLE = "field is immutable"
 
-_QNAME_FMT = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QNAME_MSG = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-              "alphanumeric character")
-_LABEL_VALUE_FMT = f"({_QNAME_FMT})?"
-_LABEL_VALUE_MSG = ("a valid label must be an empty string or consist of alphanumeric characters, "
-                    "'-', '_' or '.', and must start and end with an alphanumeric character")
-_DNS1123_LABEL_FMT = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-                      "and must start and end with an alphanumeric character")
-_DNS1123_SUBDOMAIN_FMT = _DNS1123_LABEL_FMT + "(\\." + _DNS1123_LABEL_FMT + ")*"
-_DNS1123_SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                          "characters, '-' or '.', and must start and end with an alphanumeric character")
-_DNS1035_FMT = "[a-z]([-a-z0-9]*[a-z0-9])?"
-_DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-                "alphabetic character, and end with an alphanumeric character")
-
-_QNAME_RE = re.compile(_QNAME_FMT)
-_LABEL_VALUE_RE = re.compile(_LABEL_VALUE_FMT)
-_DNS1123_LABEL_RE = re.compile(_DNS1123_LABEL_FMT)
-_DNS1123_SUBDOMAIN_RE = re.compile(_DNS1123_SUBDOMAIN_FMT)
-_DNS1035_RE = re.compile(_DNS1035_FMT)
-
 # ObjectMeta's JSON fields; anything else under metadata is an unknown field.
 OBJECT_META_FIELDS = frozenset({
     "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
     "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
     "ownerReferences", "finalizers", "managedFields",
 })
-
-
-def regex_error(msg: str, fmt: str, *examples: str) -> str:
-    if not examples:
-        return f"{msg} (regex used for validation is '{fmt}')"
-    shown = " or ".join(f"'{e}', " for e in examples)
-    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
-
-
-def max_len_error(n: int) -> str:
-    return f"must be no more than {n} characters"
-
-
-def is_qualified_name(value: str) -> list[str]:
-    """Label keys, annotation keys and finalizer names: ``[prefix/]name``."""
-    errs: list[str] = []
-    parts = value.split("/")
-    if len(parts) > 2:
-        return ["a valid label key " + regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc")
-                + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
-    name = parts[-1]
-    if len(parts) == 2:
-        if not parts[0]:
-            errs.append("prefix part must be non-empty")
-        else:
-            errs.extend("prefix part " + m for m in is_dns1123_subdomain(parts[0]))
-    if not name:
-        errs.append("name part must be non-empty")
-    elif len(name) > 63:
-        errs.append("name part " + max_len_error(63))
-    if not _QNAME_RE.fullmatch(name):
-        errs.append("name part " + regex_error(_QNAME_MSG, _QNAME_FMT, "MyName", "my.name", "123-abc"))
-    return errs
-
-
-def is_label_value(value: str) -> list[str]:
-    errs = [max_len_error(63)] if len(value) > 63 else []
-    if not _LABEL_VALUE_RE.fullmatch(value):
-        errs.append(regex_error(_LABEL_VALUE_MSG, _LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
-    return errs
-
-
-def is_dns1123_subdomain(value: str) -> list[str]:
-    errs = [max_len_error(253)] if len(value) > 253 else []
-    if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
-        errs.append(regex_error(_DNS1123_SUBDOMAIN_MSG, _DNS1123_SUBDOMAIN_FMT, "example.com"))
-    return errs
-
-
-def is_dns1123_label(value: str) -> list[str]:
-    errs = [max_len_error(63)] if len(value) > 63 else []
-    if not _DNS1123_LABEL_RE.fullmatch(value):
-        if _DNS1123_SUBDOMAIN_RE.fullmatch(value):
-            errs.append("must not contain dots")
-        else:
-            errs.append(regex_error(_DNS1123_LABEL_MSG, _DNS1123_LABEL_FMT, "my-name", "123-abc"))
-    return errs
-
-
-def is_dns1035_label(value: str) -> list[str]:
-    errs = [max_len_error(63)] if len(value) > 63 else []
-    if not _DNS1035_RE.fullmatch(value):
-        errs.append(regex_error(_DNS1035_MSG, _DNS1035_FMT, "my-name", "abc-123"))
-    return errs
 
 
 def _mask_trailing_dash(name: str) -> str:

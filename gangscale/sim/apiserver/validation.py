@@ -13,9 +13,20 @@ Reproduces ``customResourceStrategy.Validate``/``ValidateUpdate`` for a CRD vers
    ``Invalid value: "string": spec.x in body must be of type integer: "string"``; everything else ->
    ``Invalid value: <v>: <path> in body should ...`` (``should have at least 1 items``, ``should match
    '<re>'``, ``should be greater than or equal to 1``, ``should be at least 1 chars long``). Type quirks
-   kept: a float with an integral value passes ``integer``; a wrong type against an ``int32``/``int64``
-   field reports the format (``must be of type int32: "float64"``); formats are checked only for strings
-   (date-time and date; int32/int64 are not range-checked, as upstream).
+   kept: a float passes ``integer`` when ``swag.IsFloat64AJSONInteger`` says so (integral within +-(2^53-1),
+   or a positive value within a relative 1e-9 of one); an integer beyond int64 is a float64, as
+   apimachinery's ``util/json`` decodes it; a wrong type against an ``int32``/``int64`` field reports the
+   format (``must be of type int32: "float64"``); string formats checked: date-time and date.
+   Numeric formats are range-checked (kube-openapi since its 2026-01-09 commit "enhance numberValidator to
+   enforce numeric formats", in Kubernetes 1.36 - 1.35 and older checked no range): for a schema of exactly
+   one type, ``integer`` values must parse as int32 (``format: int32``) or int64 (``int64`` or no format), so
+   2147483648 fails int32 and a fraction fails every integer format (1.5 against int32 gets both the type
+   error and this one); ``number`` with ``format: float`` must fit float32; ``double`` is not checked.
+   ``minimum``/``maximum``/``multipleOf`` are range-checked the same way (``Maximum boundary value ...``), and
+   one that fails is compared as a float64. The error is a plain Go error, which apiextensions reports at
+   the nil field path with an empty value: ``<nil>: Invalid value: "": Checked value must be of type integer
+   with format int32 in spec.podSets[0].count`` (kube-openapi ``validate/values.go``
+   ``IsValueValidAgainstRange``; apiextensions ``kubeOpenAPIResultToFieldErrors``).
 2. ``x-kubernetes-list-type`` ``set``/``map`` uniqueness (``listtype.ValidateListSetsAndMaps``):
    ``Duplicate value: {"type":"Ready"}`` at the first repeat of each key.
 3. ``x-kubernetes-validations`` transition rules ``self == oldSelf`` only, on update, when both the new and
@@ -31,13 +42,20 @@ Not reproduced: every other CEL rule (ignored), ``default`` (no defaulting), ``a
 ``oneOf``/``not``, ``uniqueItems``, ``x-kubernetes-map-type``-specific rules, string formats other than
 date-time/date, embedded-resource metadata validation (only the ``apiVersion``/``kind`` presence check),
 ratcheting correlation of set-type lists, and Go's random order of sibling errors (we use schema order).
+``/status`` writes are validated with the whole schema from the root; upstream validates ``status`` with
+its own validator rooted there (``ValidateStatusUpdate``, field path ``status``), so its messages name
+``conditions[0].reason in body ...`` and its range errors sit at field ``status``, where ours name
+``status.conditions[0].reason`` and ``<nil>``. ``multipleOf`` is checked by plain division, not with
+upstream's integer and ``IsFloat64AJSONInteger`` variants.
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
+import math
 import re
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -86,6 +104,10 @@ def schema_errors(obj: JSON, schema: Schema, *, old: JSON | None = None) -> list
 
 # --- data helpers ----------------------------------------------------------------------------------------
 
+#: The integer formats' ranges (Go's int32 and int64).
+_INT_RANGES = {"int32": (-(2 ** 31), 2 ** 31 - 1), "int64": (-(2 ** 63), 2 ** 63 - 1)}
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
@@ -97,7 +119,9 @@ def _data_type(v: Any) -> tuple[str, str]:
     if isinstance(v, bool):
         return "boolean", ""
     if isinstance(v, int):
-        return "integer", "int64"
+        # apimachinery's util/json decodes a number as int64 when it fits, else as float64.
+        lo, hi = _INT_RANGES["int64"]
+        return ("integer", "int64") if lo <= v <= hi else ("number", "float64")
     if isinstance(v, float):
         return "number", "float64"
     if isinstance(v, str):
@@ -152,7 +176,7 @@ def _node(v: Any, s: Schema, path: str, old: Any, errs: list[FieldError]) -> Non
         _check_string(v, s, path, errs)
         _check_format(v, s, path, errs)
     elif _is_number(v):
-        _check_number(v, s, path, errs)
+        _check_number(_go_number(v), s, path, errs)
     elif isinstance(v, list):
         _check_array(v, s, path, old, errs)
     _check_enum(v, s, path, errs)
@@ -165,6 +189,21 @@ def _type_error(path: str, type_name: str, value: str) -> FieldError:
                            f"{path} in body must be of type {type_name}: {fe.go_quote(value)}")
 
 
+_MAX_JSON_INTEGER = float(2 ** 53 - 1)
+
+
+def _is_json_integer(f: float) -> bool:
+    """go-openapi ``swag.IsFloat64AJSONInteger`` (v0.23.0, kube-openapi's): within +-(2^53-1), and integral - or,
+    for a positive value, within a relative 1e-9 of its integer part (so 100000000.01 passes ``integer``; a
+    negative value's ``uint64`` conversion never comes that close)."""
+    if not math.isfinite(f) or abs(f) > _MAX_JSON_INTEGER:
+        return False
+    if f.is_integer():
+        return True
+    whole = float(int(f))
+    return f > 0 and whole > 0 and (f - whole) / (f + whole) < 1e-9
+
+
 def _check_type(v: Any, s: Schema, path: str, errs: list[FieldError]) -> None:
     types, fmt = _types(s), _format(s)
     if not types and not fmt:
@@ -174,7 +213,7 @@ def _check_type(v: Any, s: Schema, path: str, errs: list[FieldError]) -> None:
             errs.append(_type_error(path, ",".join(types), "null"))
         return
     data_type, data_format = _data_type(v)
-    float_int = data_type == "number" and float(v).is_integer() and "integer" in types
+    float_int = data_type == "number" and _is_json_integer(float(_go_number(v))) and "integer" in types
     int_float = data_type == "integer" and "number" in types
     ok = data_type in types or float_int or int_float
     str_or_list = isinstance(v, str | list)
@@ -265,28 +304,96 @@ def _check_format(v: str, s: Schema, path: str, errs: list[FieldError]) -> None:
         errs.append(_type_error(path, fmt, v))
 
 
-def _num_text(bound: Any, v: Any) -> str:
-    # Go compares an int64 value against the bound truncated to int64, a float64 value as float64.
-    return str(int(bound)) if isinstance(v, int) else fe.go_float(float(bound))
+# --- numbers: kube-openapi's numberValidator (validator.go) and IsValueValidAgainstRange (values.go) -------
+
+_FLOAT32 = struct.Struct("<f")
+#: ``validate.ValidateCustomResource(nil, ...)``: errors that are not kube-openapi ``Validation`` errors (the range
+#: checks') are reported by ``kubeOpenAPIResultToFieldErrors`` at this nil field path, with the value "".
+NIL_PATH = "<nil>"
+
+
+def _go_number(v: float) -> float:
+    """The number as Go holds it after decoding: an int beyond int64 is a float64 (infinite beyond float64's
+    range, where Go refuses the body with a 400 instead - not reproduced)."""
+    lo, hi = _INT_RANGES["int64"]
+    if isinstance(v, int) and not lo <= v <= hi:
+        try:
+            return float(v)
+        except OverflowError:
+            return math.copysign(math.inf, v)
+    return v
+
+
+def _range_type(s: Schema) -> tuple[str, str]:
+    """``SchemaValidator.numberValidator``: the Type and Format it range-checks against - only a schema with
+    exactly one type, and only a format that suits it (int32/int64, float/double)."""
+    kind = s.get("type")
+    if s.get("x-kubernetes-int-or-string") or kind not in ("integer", "number"):
+        return "", ""
+    return kind, _format(s)
+
+
+def _out_of_range(x: float, type_name: str, fmt: str) -> bool:
+    """``IsValueValidAgainstRange``: does ``x``, as Go prints it (``strconv.FormatInt``, or ``FormatFloat(f,
+    'f', -1, 64)`` for a float64), parse as ``type_name``/``fmt`` (``strconv.ParseInt``/``ParseFloat``)?
+
+    A float with a fraction never parses as an integer, whatever its format (``"1.5"`` is not an integer to
+    ``ParseInt``); an integral one is checked by its value (``2147483648.0`` prints ``2147483648``)."""
+    if type_name == "integer":
+        if isinstance(x, float) and not (math.isfinite(x) and x.is_integer()):
+            return True
+        lo, hi = _INT_RANGES.get(fmt, _INT_RANGES["int64"])  # no format: the int64 default
+        return not lo <= int(x) <= hi
+    if type_name == "number" and fmt == "float":
+        # Rounding the float64 to float32 overflows exactly where ParseFloat(s, 32) returns ErrRange (but for a
+        # double rounding at the midpoint, which no JSON number written by a person reaches).
+        try:
+            _FLOAT32.pack(float(x))
+        except OverflowError:
+            return True
+    return False  # double and unformatted numbers: no float64 overflows after decoding
+
+
+def _range_error(prefix: str, type_name: str, fmt: str, path: str) -> FieldError:
+    """A range error: a plain Go error, so ``kubeOpenAPIResultToFieldErrors`` reports it at the nil path."""
+    form = f"with format {fmt}" if fmt else "(default format)"
+    return fe.invalid(NIL_PATH, "", f"{prefix} value must be of type {type_name} {form} in {path}")
+
+
+def _native(v: float, bound: float, ok: bool) -> tuple[float, float, str]:
+    """The value, the bound and the bound's text as compared: ``*NativeType`` compares an int64 value with the
+    bound truncated to int64 and prints it so, a float64 as float64; a bound that failed its range check is
+    compared ``as general number`` (both float64, ``%v``)."""
+    if ok and isinstance(v, int):
+        return v, int(bound), str(int(bound))
+    return float(v), float(bound), fe.go_float(float(bound))
 
 
 def _check_number(v: float, s: Schema, path: str, errs: list[FieldError]) -> None:
+    type_name, fmt = _range_type(s)
+    if _out_of_range(v, type_name, fmt):
+        errs.append(_range_error("Checked", type_name, fmt, path))
+    # Each constraint is range-checked against the same type and format before it is applied.
     factor = s.get("multipleOf")
-    if factor and (v / factor) != int(v / factor):
-        errs.append(_invalid(path, v, f"should be a multiple of {_num_text(factor, v)}"))
-    lo, hi = s.get("minimum"), s.get("maximum")
-    if lo is not None:
-        bound = int(lo) if isinstance(v, int) else lo
-        excl = bool(s.get("exclusiveMinimum"))
-        if v < bound or (excl and v == bound):
-            word = "greater than" if excl else "greater than or equal to"
-            errs.append(_invalid(path, v, f"should be {word} {_num_text(lo, v)}"))
-    if hi is not None:
-        bound = int(hi) if isinstance(v, int) else hi
-        excl = bool(s.get("exclusiveMaximum"))
-        if v > bound or (excl and v == bound):
-            word = "less than" if excl else "less than or equal to"
-            errs.append(_invalid(path, v, f"should be {word} {_num_text(hi, v)}"))
+    if factor:
+        ok = not _out_of_range(factor, type_name, fmt)
+        if not ok:
+            errs.append(_range_error("MultipleOf", type_name, fmt, path))
+        value, _, text = _native(v, factor, ok)
+        if math.isfinite(v / factor) and (v / factor) != int(v / factor):
+            errs.append(_invalid(path, value, f"should be a multiple of {text}"))
+    for key, prefix, below in (("minimum", "Minimum boundary", True), ("maximum", "Maximum boundary", False)):
+        limit = s.get(key)
+        if limit is None:
+            continue
+        ok = not _out_of_range(limit, type_name, fmt)
+        if not ok:
+            errs.append(_range_error(prefix, type_name, fmt, path))
+        value, bound, text = _native(v, limit, ok)
+        excl = bool(s.get("exclusiveMinimum" if below else "exclusiveMaximum"))
+        if (value < bound if below else value > bound) or (excl and value == bound):
+            word = ("greater than" if below else "less than") + ("" if excl else " or equal to")
+            errs.append(_invalid(path, value, f"should be {word} {text}"))
 
 
 def _check_array(v: list[Any], s: Schema, path: str, old: Any, errs: list[FieldError]) -> None:
