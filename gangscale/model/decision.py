@@ -29,6 +29,8 @@ class ReasonCode(StrEnum):
     MAX_UNITS = "MaxUnits"
     QUOTA = "Quota"
     ZONE = "Zone"
+    #: A topology spread constraint (``DoNotSchedule``) that no plan within the limits satisfies.
+    SPREAD = "TopologySpread"
     NO_POOL = "NoPool"
     CAPACITY = "Capacity"
     INVALID = "Invalid"

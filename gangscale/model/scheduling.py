@@ -255,3 +255,80 @@ class LabelSelector:
 
     def with_labels(self, extra: Mapping[str, str]) -> LabelSelector:
         return LabelSelector(tuple(sorted({**dict(self.match_labels), **extra}.items())), self.expressions)
+
+
+#: The host IP that binds every address: a host port on it conflicts with the same port on any IP.
+WILDCARD_HOST_IP = "0.0.0.0"
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class HostPort:
+    """One ``ports[]`` entry with a ``hostPort``, as kube-scheduler's ``NodePorts`` filter sees it.
+
+    Semantics of ``k8s.io/kubernetes`` ``pkg/scheduler/framework/types.go`` (``HostPortInfo.CheckConflict``): an
+    empty ``hostIP`` is ``0.0.0.0`` and an empty protocol ``TCP``; two entries conflict when port and protocol are
+    equal and either IP is ``0.0.0.0`` or both IPs are equal. Only ``0.0.0.0`` is a wildcard there (``::`` is not).
+    """
+
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = WILDCARD_HOST_IP
+
+    @classmethod
+    def parse(cls, raw: object, path: str) -> HostPort | None:
+        """The entry's host port, or ``None`` when it has none (``hostPort`` absent or 0: no node port is taken)."""
+        data = as_mapping(raw, path)
+        port = data.get("hostPort")
+        if port is None or port == 0:
+            return None
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise SpecError(f"{path}.hostPort", f"must be an integer between 1 and 65535, got {port!r}")
+        protocol = data.get("protocol") or "TCP"
+        if protocol not in PROTOCOLS:
+            raise SpecError(f"{path}.protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        host_ip = data.get("hostIP") or WILDCARD_HOST_IP
+        if not isinstance(host_ip, str):
+            raise SpecError(f"{path}.hostIP", f"expected a string, got {type(host_ip).__name__}")
+        return cls(port, str(protocol), host_ip)
+
+    def conflicts(self, other: HostPort) -> bool:
+        return (self.port == other.port and self.protocol == other.protocol
+                and (self.host_ip == other.host_ip or WILDCARD_HOST_IP in (self.host_ip, other.host_ip)))
+
+    def __str__(self) -> str:
+        where = "" if self.host_ip == WILDCARD_HOST_IP else f"{self.host_ip}:"
+        return f"host port {where}{self.port}/{self.protocol}"
+
+
+DO_NOT_SCHEDULE = "DoNotSchedule"
+SCHEDULE_ANYWAY = "ScheduleAnyway"
+HONOR = "Honor"
+IGNORE = "Ignore"
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """A ``topologySpreadConstraints`` entry with ``whenUnsatisfiable: DoNotSchedule``, defaults applied.
+
+    Defaults and the filter's rule follow kube-scheduler's ``PodTopologySpread`` plugin
+    (``pkg/scheduler/framework/plugins/podtopologyspread/common.go`` and ``filtering.go``): ``minDomains``
+    defaults to 1, ``nodeAffinityPolicy`` to ``Honor`` (only nodes that match the pod's nodeSelector and
+    required node affinity are domains), ``nodeTaintsPolicy`` to ``Ignore`` (tainted nodes are domains too).
+    A pod may go to a node whose domain holds ``count`` selected pods when ``count + self - min <= maxSkew``,
+    where ``self`` is 1 if the selector matches the pod's own labels and ``min`` is the fewest selected pods in
+    any eligible domain, or 0 while there are fewer eligible domains than ``minDomains``. A node without the
+    topology key takes no pod with the constraint.
+    """
+
+    max_skew: int
+    topology_key: str
+    #: ``labelSelector`` with ``matchLabelKeys`` merged in (the pod's own values of those keys).
+    selector: LabelSelector
+    min_domains: int = 1
+    node_affinity_policy: str = HONOR
+    node_taints_policy: str = IGNORE
+
+    def __str__(self) -> str:
+        extra = f", minDomains {self.min_domains}" if self.min_domains > 1 else ""
+        return f"topology spread maxSkew {self.max_skew} on {self.topology_key}{extra}"

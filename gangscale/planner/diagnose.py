@@ -15,13 +15,19 @@ from gangscale.model.decision import Hint, PoolReason, ReasonCode
 from gangscale.model.nodepool import NodePool
 from gangscale.model.snapshot import PoolState
 from gangscale.planner.compat import Compatibility
-from gangscale.planner.pack import Group, fit_group, units_needed
+from gangscale.planner.pack import Group, fit, fit_group, units_needed
 from gangscale.planner.search import GangSearch, ZoneShortfall
 from gangscale.planner.state import ClusterState
 
 
 def when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _what(group: Group, vec: list[int]) -> str:
+    """The pod set, and what limits its pods a node when that, not room, decides how many nodes it needs."""
+    binding = group.limit and fit_group(vec, group) < fit(vec, group.vec)
+    return f"pod set {group.name!r}" + (f" ({group.limit})" if binding else "")
 
 
 def _units_for(pool: NodePool, vec: list[int], group: Group) -> tuple[int, int]:
@@ -107,7 +113,7 @@ def _pool_reason(state: ClusterState, compat: Compatibility, search: GangSearch,
     for group in fitting:
         nodes, units = _units_for(pool, vec, group)
         total_nodes, total_units = total_nodes + nodes, total_units + units
-        limit = _limits(state, pool_state, units, nodes, f"pod set {group.name!r}", group, fit_group(vec, group))
+        limit = _limits(state, pool_state, units, nodes, _what(group, vec), group, fit_group(vec, group))
         if limit is not None:
             return limit
     if len(fitting) > 1:
@@ -141,8 +147,11 @@ def _gang_reasons(search: GangSearch, per_pool: list[PoolReason]) -> list[PoolRe
     if reasons or not misses:
         return reasons
     closest = max(misses, key=lambda s: (s.placeable / s.needed, s.zone or ""))
-    room = (f"room for {closest.placeable} of {closest.needed} pods of pod set "
-            f"{search.groups[closest.group].name!r}")
+    group = search.groups[closest.group]
+    room = f"room for {closest.placeable} of {closest.needed} pods of pod set {group.name!r}"
+    if group.limit and any(fit_group(search.pool_vecs[pool.name], group) < fit(search.pool_vecs[pool.name], group.vec)
+                           for pool in search.pool_ok[group.index]):
+        room += f" ({group.limit})"  # on some pool it takes fewer pods a node than room allows
     hint = _room_hint(search, closest)
     if len({s.zone for s in misses}) > 1:
         reasons.append(PoolReason("", ReasonCode.ZONE, f"no single zone can hold the whole gang (its nodes must "
@@ -211,12 +220,34 @@ def _no_scale_reasons(search: GangSearch) -> tuple[PoolReason, ...]:
     return tuple(reasons)
 
 
+#: Distinct spread-check failures reported for one gang.
+MAX_SPREAD_REASONS = 3
+
+
+def _spread_reasons(search: GangSearch) -> list[PoolReason]:
+    """What the gang's topology spread constraints ask for, and why the plans found broke them."""
+    spread = search.spread
+    if spread is None:
+        return []
+    reasons: list[PoolReason] = []
+    for rule in spread.rules:
+        nodes = spread.min_nodes(rule)
+        if nodes > 1:
+            owner = search.groups[rule.owner].name
+            reasons.append(PoolReason("", ReasonCode.SPREAD, f"pod set {owner!r}: {rule.constraint} needs the "
+                                                             f"{rule.pods} pods it selects on at least {nodes} nodes",
+                                      Hint(needed=nodes, of="nodes", pod_set=owner)))
+    reasons += [PoolReason("", ReasonCode.SPREAD, f"every plan found breaks a topology spread constraint: {problem}")
+                for problem in list(search.spread_misses)[:MAX_SPREAD_REASONS]]
+    return reasons
+
+
 def diagnose(state: ClusterState, compat: Compatibility, search: GangSearch) -> tuple[PoolReason, ...]:
     if not search.gang.may_scale:
-        return _no_scale_reasons(search)
+        return _no_scale_reasons(search) + tuple(_spread_reasons(search))
     per_pool = [reason for name in sorted(state.pool_states)
                 if (reason := _pool_reason(state, compat, search, state.pool_states[name])) is not None]
-    reasons = _gang_reasons(search, per_pool) + _merge_alike(per_pool)
+    reasons = _gang_reasons(search, per_pool) + _spread_reasons(search) + _merge_alike(per_pool)
     if not reasons:
         reasons.append(PoolReason("", ReasonCode.NO_POOL, "no combination of free capacity and node pools "
                                                           "places every pod"))

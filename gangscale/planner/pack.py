@@ -11,7 +11,7 @@ gangs), then the new nodes this gang already opened (first fit), then new units 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangscale.model.gang import Gang
@@ -21,6 +21,16 @@ from gangscale.model.resources import CPU
 
 #: More pods than any node could hold: the "no limit" value of :func:`fit`.
 _UNBOUNDED = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCap:
+    """On a node holding a pod of group ``owner``, at most ``cap`` pods of the ``members`` groups (a topology
+    spread constraint on ``kubernetes.io/hostname``, see :mod:`gangscale.planner.spread`)."""
+
+    owner: int
+    members: frozenset[int]
+    cap: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +45,21 @@ class Group:
     #: Indices of the groups whose pods may not share a node with this group's pods (itself included when
     #: its pods are one-per-node).
     repels: frozenset[int]
+    #: The per-node caps this group's pods count against (as owner or member); empty for most gangs.
+    caps: tuple[NodeCap, ...] = ()
+    #: Why a node takes only so many of its pods, for messages ("" when only resources limit it).
+    limit: str = ""
+    #: New nodes its pods are spread over at the least when it opens units (a spread constraint's minDomains).
+    min_nodes: int = 0
 
     @property
     def one_per_node(self) -> bool:
         return self.index in self.repels
+
+    @property
+    def spreads(self) -> bool:
+        """Whether its pods are limited per node by more than resources (they fix how many nodes there must be)."""
+        return self.one_per_node or bool(self.caps)
 
 
 def build_groups(gang: Gang) -> tuple[tuple[str, ...], tuple[Group, ...]]:
@@ -49,7 +70,11 @@ def build_groups(gang: Gang) -> tuple[tuple[str, ...], tuple[Group, ...]]:
     for i, pod_set in enumerate(pod_sets):
         repels = frozenset(j for j, other in enumerate(pod_sets) if pod_set.demand.repels(other.demand))
         vec = tuple(pod_set.demand.requests.get(name) for name in dims)
-        groups.append(Group(i, pod_set.name, pod_set.count, pod_set.demand, vec, repels))
+        limit = ""
+        if i in repels:
+            port = pod_set.demand.port_conflict(pod_set.demand)
+            limit = f"one pod a node: {port}" if port is not None else "one pod a node: required pod anti-affinity"
+        groups.append(Group(i, pod_set.name, pod_set.count, pod_set.demand, vec, repels, limit=limit))
     return dims, tuple(groups)
 
 
@@ -71,9 +96,27 @@ def units_needed(pods: int, per_node: int, nodes_per_unit: int) -> int:
     return ceil_div(ceil_div(pods, per_node), nodes_per_unit)
 
 
-def fit_group(free: Sequence[int], group: Group) -> int:
+def fit_group(free: Sequence[int], group: Group, held: Mapping[int, int] | None = None) -> int:
+    """How many pods of ``group`` a node with ``free`` room takes; ``held`` counts the gang's pods already on it
+    per group (only per-node caps read it; ``None``: none)."""
     count = fit(free, group.vec)
+    if group.caps:
+        count = min(count, cap_room(group, held or {}))
     return min(count, 1) if group.one_per_node else count
+
+
+def cap_room(group: Group, held: Mapping[int, int]) -> int:
+    """How many more pods of ``group`` the per-node caps let onto a node that holds ``held``."""
+    room = _UNBOUNDED
+    for cap in group.caps:
+        if cap.owner != group.index and not held.get(cap.owner):
+            continue  # the owner's pods are not there: its constraint says nothing about this node (yet)
+        there = sum(held.get(member, 0) for member in cap.members)
+        if group.index in cap.members:
+            room = min(room, cap.cap - there)
+        elif there > cap.cap:
+            return 0  # an owner the constraint does not select may come only where the count is within the cap
+    return max(room, 0)
 
 
 # --- existing nodes ---------------------------------------------------------------------------------------
@@ -100,6 +143,8 @@ def fill_existing(groups: Sequence[Group], order: Sequence[int], candidates: Seq
     result = ExistingFill(remaining=[group.count for group in groups])
     vectors: dict[int, list[int]] = {}
     present: dict[int, set[int]] = {}
+    held: dict[int, dict[int, int]] = {}  # node -> group -> pods, kept only for gangs with per-node caps
+    capped = any(group.caps for group in groups)
     for g in order:
         group = groups[g]
         remaining = group.count
@@ -112,10 +157,13 @@ def fill_existing(groups: Sequence[Group], order: Sequence[int], candidates: Seq
             if vector is None:
                 node_free = free[node]
                 vector = vectors[node] = [node_free.get(name, 0) for name in dims]
-            count = fit_group(vector, group)
+            count = fit_group(vector, group, held.get(node)) if capped else fit_group(vector, group)
             if count <= 0:
                 continue
             count = min(count, remaining)
+            if capped:
+                on_node = held.setdefault(node, {})
+                on_node[g] = on_node.get(g, 0) + count
             for d, need in enumerate(group.vec):
                 vector[d] -= need * count
             taken = result.taken.setdefault(node, [0] * len(dims))
@@ -173,7 +221,7 @@ def _into_bins(bins: list[NewBin], group: Group, remaining: int, pools: frozense
         if current.pool not in pools or (current.groups & group.repels):
             i += 1
             continue
-        per_node = fit_group(current.free, group)
+        per_node = fit_group(current.free, group, current.pods)
         if per_node <= 0:
             i += 1
             continue
@@ -208,6 +256,8 @@ def _open_units(bins: list[NewBin], pool: NodePool, pool_vec: list[int], group: 
     per_node = fit_group(pool_vec, group)
     if per_node <= 0 or allowed <= 0:
         return 0, remaining
+    if group.caps:
+        return _open_even(bins, pool, pool_vec, group, remaining, allowed, per_node)
     units = min(units_needed(remaining, per_node, pool.nodes_per_unit), allowed)
     nodes = units * pool.nodes_per_unit
     full = min(nodes, remaining // per_node)
@@ -225,6 +275,28 @@ def _open_units(bins: list[NewBin], pool: NodePool, pool_vec: list[int], group: 
     if nodes > used:
         bins.append(NewBin(pool.name, list(pool_vec), nodes - used, set(), {}))
     return units, remaining
+
+
+def _open_even(bins: list[NewBin], pool: NodePool, pool_vec: list[int], group: Group, remaining: int, allowed: int,
+               per_node: int) -> tuple[int, int]:
+    """:func:`_open_units` for a group under a topology spread cap: its pods go as evenly as they can over every
+    node opened (at least ``group.min_nodes``), since kube-scheduler holds each node to the emptiest one's count
+    plus maxSkew, and an empty node of the unit would be that emptiest one (filling nodes up and leaving the
+    remainder on the last would not do: 3 + 3 + 1 breaks maxSkew 1 where 3 + 2 + 2 does not)."""
+    want = max(ceil_div(remaining, per_node), min(group.min_nodes, remaining))
+    units = min(ceil_div(want, pool.nodes_per_unit), allowed)
+    nodes = units * pool.nodes_per_unit
+    used = min(nodes, remaining)
+    placed = min(remaining, used * per_node)
+    base, extra = divmod(placed, used)
+    for count, mult in ((base + 1, extra), (base, used - extra)):
+        if mult and count:
+            bin_ = NewBin(pool.name, list(pool_vec), mult, set(), {})
+            bin_.add(group, count)
+            bins.append(bin_)
+    if nodes > used:
+        bins.append(NewBin(pool.name, list(pool_vec), nodes - used, set(), {}))
+    return units, remaining - placed
 
 
 @dataclass(slots=True)

@@ -11,6 +11,10 @@ cheapest result (by the policy) wins:
 - the winner is then *tightened*: each pool it uses is offered one unit fewer, and the packing is redone,
   for as long as that makes it cheaper (greedy packing often opens one node too many).
 
+A gang with topology spread constraints is searched once per set of per-node caps
+(:meth:`GangSpread.variants`, loosest first) until one gives a plan, and every plan must pass
+:meth:`GangSpread.violation`; gangs without them pay one attribute test.
+
 Existing nodes are filled before any new unit is opened, and that fill depends only on the pod-set order,
 so it is computed once per order and shared by every pool preference.
 """
@@ -42,6 +46,7 @@ from gangscale.planner.pack import (
     scarce_dim,
     units_needed,
 )
+from gangscale.planner.spread import GangSpread
 from gangscale.planner.state import ClusterState
 
 #: How many pools are tried "forced first" for a gang with several pod sets.
@@ -104,6 +109,10 @@ class GangSearch:
         self.state, self.compat, self.policy, self.gang = state, compat, policy, gang
         self.dims, self.groups = build_groups(gang)
         self.shortfalls: list[ZoneShortfall] = []
+        self.spread = (GangSpread(state, compat, self.groups) if any(g.demand.spread for g in self.groups)
+                       else None)
+        #: Why plans were rejected by the spread check (distinct messages, in the order met).
+        self.spread_misses: dict[str, None] = {}
         self._candidates: dict[tuple[str | None, int], Lazy] = {}
         self.pools = state.available_pools() if gang.may_scale else []
         available = [s.pool for s in self.pools]
@@ -160,7 +169,7 @@ class GangSearch:
                   for group in self.groups]
         by_max = tuple(sorted(range(len(self.groups)), key=lambda g: (-max(shares[g] + [0]), -sum(shares[g]), g)))
         by_sum = tuple(sorted(range(len(self.groups)), key=lambda g: (-sum(shares[g]), -max(shares[g] + [0]), g)))
-        spread_first = tuple(sorted(by_max, key=lambda g: not self.groups[g].one_per_node))
+        spread_first = tuple(sorted(by_max, key=lambda g: not self.groups[g].spreads))
         return list(dict.fromkeys((by_max, by_sum, spread_first)))
 
     def fallback_orders(self, tried: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
@@ -255,6 +264,27 @@ class GangSearch:
         return False
 
     def run(self) -> Packing | None:
+        if self.spread is None or not self.spread.rules:
+            return self._run()
+        variants = self.spread.variants(self.groups)
+        for groups in variants:
+            self.groups = groups
+            found = self._run()
+            if found is not None:
+                return found
+        self.groups = variants[0]  # the loosest: what diagnose reports the gang's needs against
+        return None
+
+    def rejects(self, packing: Packing) -> bool:
+        """Whether the plan breaks one of the gang's spread constraints (the reason is kept for diagnose)."""
+        if self.spread is None:
+            return False
+        problem = self.spread.violation(packing.existing.placements, packing.new.bins)
+        if problem is not None:
+            self.spread_misses.setdefault(problem)
+        return problem is not None
+
+    def _run(self) -> Packing | None:
         best: Packing | None = None
         for zone in self.zones():
             candidates = [self.candidates(zone, group) for group in self.groups]
@@ -277,14 +307,17 @@ class GangSearch:
             for order in batch if batch is not None else self.fallback_orders(orders):
                 existing = fill_existing(self.groups, order, candidates, self.state.free, self.dims)
                 if existing.done:
-                    return self.packing(zone, existing, NewFill([], {}))
+                    packing = self.packing(zone, existing, NewFill([], {}))
+                    if self.rejects(packing):
+                        continue
+                    return packing
                 prefs = self.preferences(zone, existing.remaining, budget)
                 for variant in self.variants(prefs):
                     fill = fill_new(self.groups, order, existing.remaining, variant, self.pool_vecs, budget.copy())
                     if isinstance(fill, Shortfall):
                         continue
                     packing = self.packing(zone, existing, fill)
-                    if best is None or packing.key < best[0].key:
+                    if (best is None or packing.key < best[0].key) and not self.rejects(packing):
                         best = (packing, order, variant)
             if best is not None:
                 break
@@ -304,7 +337,7 @@ class GangSearch:
                 if isinstance(fill, Shortfall):
                     continue
                 candidate = self.packing(packing.zone, packing.existing, fill)
-                if candidate.key < packing.key:
+                if candidate.key < packing.key and not self.rejects(candidate):
                     packing, improved = candidate, True
                     break
             if not improved:

@@ -41,6 +41,8 @@ class ClusterState:
             if costs := [(q, per_unit) for q, per_unit in costs if per_unit]:
                 self.quota_cost[name] = costs
         self.nodes: list[NodeState] = [node for node in snapshot.nodes if node.usable]
+        #: Every node, usable or not: kube-scheduler counts unready and cordoned nodes as topology spread domains.
+        self.all_nodes: tuple[NodeState, ...] = snapshot.nodes
         self.free: list[dict[str, int]] = [dict(node.free) for node in self.nodes]
         self.index: dict[str, int] = {node.name: i for i, node in enumerate(self.nodes)}
         shape_ids: dict[NodeShape, int] = {}
@@ -104,6 +106,12 @@ class ClusterState:
         return iter(self.zone_shapes)
 
     # -- pools ------------------------------------------------------------------------------------------
+
+    def pool_growing(self, name: str) -> bool:
+        """Whether nodes of the pool not in the snapshot are on their way: units in flight, or units planned for
+        gangs ahead in this plan."""
+        state = self.pool_states[name]
+        return state.inflight_units > 0 or self.headroom[name] < state.headroom
 
     def pool(self, name: str) -> NodePool:
         return self.pool_states[name].pool

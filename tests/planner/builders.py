@@ -58,14 +58,20 @@ def node(name: str, p: NodePool | None = None, *, used: Mapping[str, Any] | None
 def template(requests: Mapping[str, Any] | None = None, *, limits: Mapping[str, Any] | None = None,
              selector: Mapping[str, str] | None = None, tolerations: Sequence[Mapping[str, Any]] = (),
              affinity: Mapping[str, Any] | None = None, labels: Mapping[str, str] | None = None,
-             one_per_node: bool = False) -> dict[str, Any]:
-    """A pod template dict as Kubernetes serves it."""
+             one_per_node: bool = False, ports: Sequence[Mapping[str, Any]] = (),
+             spread: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """A pod template dict as Kubernetes serves it; ``ports`` are the container's, ``spread`` its
+    ``topologySpreadConstraints``."""
     resources: dict[str, Any] = {}
     if requests:
         resources["requests"] = dict(requests)
     if limits:
         resources["limits"] = dict(limits)
     spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox", "resources": resources}]}
+    if ports:
+        spec["containers"][0]["ports"] = [dict(port) for port in ports]
+    if spread:
+        spec["topologySpreadConstraints"] = [dict(constraint) for constraint in spread]
     if selector:
         spec["nodeSelector"] = dict(selector)
     if tolerations:
@@ -79,6 +85,26 @@ def template(requests: Mapping[str, Any] | None = None, *, limits: Mapping[str, 
     if affinity:
         spec["affinity"] = affinity
     return {"metadata": {"labels": pod_labels}, "spec": spec}
+
+
+def host_port(port: int, protocol: str | None = None, host_ip: str | None = None) -> dict[str, Any]:
+    """A container port entry that takes ``port`` on the node."""
+    entry: dict[str, Any] = {"containerPort": port, "hostPort": port}
+    if protocol:
+        entry["protocol"] = protocol
+    if host_ip:
+        entry["hostIP"] = host_ip
+    return entry
+
+
+def spread(max_skew: int = 1, key: str = HOSTNAME_LABEL, *, min_domains: int | None = None,
+           match: Mapping[str, str] | None = None, when: str = "DoNotSchedule", **extra: Any) -> dict[str, Any]:
+    """A topology spread constraint selecting pods labelled ``match`` (default ``app: w``)."""
+    constraint: dict[str, Any] = {"maxSkew": max_skew, "topologyKey": key, "whenUnsatisfiable": when,
+                                  "labelSelector": {"matchLabels": dict(match or {"app": "w"})}, **extra}
+    if min_domains is not None:
+        constraint["minDomains"] = min_domains
+    return constraint
 
 
 def pod_set(name: str, count: int, requests: Mapping[str, Any] | None = None, **kwargs: Any) -> PodSet:
