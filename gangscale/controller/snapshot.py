@@ -35,6 +35,11 @@ def held(st: RequestState, view: ClusterView, consumers: Iterable[PodInfo]) -> H
     match phase(st):
         case Phase.BOOKED if st.booking:
             return Holding(tuple(live_bookings(st.key, st.booking, consumed, view.nodes)))
+        case Phase.BOOKED if st.booking is None and st.record is not None:
+            # Provisioned, its booking not rebuilt yet (a restart; the loop waits until every node the scale-up
+            # obtained is in the view): every registered node of its scale-up is held whole meanwhile.
+            return Holding(tuple(Booking(st.key, name, view.nodes[name].state.allocatable)
+                                 for token in st.record.tokens for name in sorted(view.nodes_of(token))))
         case Phase.PROVISIONING if st.record is not None:
             inflight = []
             for step in st.record.steps:

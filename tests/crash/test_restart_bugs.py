@@ -5,6 +5,7 @@ rebuilt after a restart protects the PR's own nodes), D (unit ids never repeat a
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -154,3 +155,35 @@ async def test_unit_ids_never_repeat_across_processes(tmp_path: Path) -> None:
         assert len(names) == 2
         assert len(set(names)) == 2 and len(set(units)) == 2, cluster.nodes.created
         assert await second.stop() == 0
+
+
+async def test_a_scale_up_resumed_after_a_restart_keeps_its_nodes_booked_when_provisioned_on_request(
+        tmp_path: Path) -> None:
+    # Issue 26, found by a fault campaign: with provisionedWhen: Requested, a process killed before any node of the
+    # scale-up was made; the restarted process resumed the obtain, wrote Provisioned=True, rebuilt the booking
+    # before the new nodes were in its view, and then scaled one of them down as empty while it was booked.
+    async with crash_cluster(tmp_path) as cluster:
+        await cluster.template("cpu-worker", CPU_TEMPLATE)
+        await cluster.hold(verb="create", resource="nodes")
+        first = await cluster.start_gangscale()
+        await cluster.provreq("requested", "cpu-worker", 2, parameters={"provisionedWhen": "Requested"})
+        await cluster.kill_when_held(first)
+        assert cluster.nodes.alive == {}
+
+        # The restarted controller's node watch starts late, so the resumed obtain's answer comes before its new
+        # nodes are in the view (the race the campaign hit, made certain).
+        await cluster.fail(verb="watch", resource="nodes", user_agent="gangscale/*", latency=3.0, times=1)
+        second = await cluster.start_gangscale("--scale-down-unneeded-time", "1s")
+        await wait_until_async(lambda: condition_is(cluster, "requested", "Provisioned",
+                                                    ("True", "CapacityIsProvisioned")), "Provisioned=True")
+        own = {n["metadata"]["name"] for n in await cluster.pr_nodes("requested")}
+        await wait_until(lambda: own <= cluster.nodes.alive.keys() and len(own) == 2, "both nodes")
+        # Past the 1-s unneeded time of those empty nodes before the yardstick starts: an unprotected one would be
+        # scaled down first.
+        await asyncio.sleep(2.5)
+        await cluster.provreq("yardstick", "cpu-worker", 1, parameters={"bookingSeconds": "1"})
+        await wait_until(lambda: len(cluster.nodes.deleted) >= 1, "the yardstick unit to be scaled down")
+        gone = sorted(own - cluster.nodes.alive.keys())
+        assert gone == [], f"scaled down while booked: {gone}; deleted: {cluster.nodes.deleted}"
+        assert await second.stop() == 0
+        assert tracebacks(second) == []
