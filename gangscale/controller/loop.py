@@ -54,7 +54,7 @@ from gangscale.controller.demand import DemandSource
 from gangscale.controller.effects import Effects, Released, ScaledUp
 from gangscale.controller.indices import RequestIndex
 from gangscale.controller.isolation import failed, succeeded, waiting
-from gangscale.controller.planning import Units, gangs_of, planning_snapshot, rebook, units_of
+from gangscale.controller.planning import Units, arriving_claims, gangs_of, planning_snapshot, rebook, units_of
 from gangscale.controller.prsource import ProvReqSource
 from gangscale.controller.raysource import RaySource
 from gangscale.controller.reconcile import (
@@ -613,7 +613,15 @@ class Controller:
         return all(name in self.view.nodes for got in st.obtained.values() for name in got.node_names)
 
     def _units(self) -> Units:
-        return units_of(self.view, self.pools, self.index.in_flight_claims(self.obtaining), self.actuator.released)
+        arriving = arriving_claims((self.states[key] for key in self._provisioned_on_request()), self.view)
+        return units_of(self.view, self.pools, self.index.in_flight_claims(self.obtaining) | arriving,
+                        self.actuator.released)
+
+    def _provisioned_on_request(self) -> list[str]:
+        """Requests whose nodes may still arrive after Provisioned=True (``provisionedWhen: Requested``, or a booking
+        not rebuilt yet after a restart)."""
+        return [key for key, st in self.states.items() if st.obtained
+                and (st.request.provisioned_when_requested or st.booking is None)]
 
     def _snapshot(self, now: float, units: Units) -> Any:
         coming = {node for claim in self.index.in_flight_claims(self.obtaining)
