@@ -201,6 +201,10 @@ def _run(args: argparse.Namespace) -> int:
     if not flags.config:
         print("gangscale run: --config (or GANGSCALE_CONFIG) is required: the node-pool file", file=sys.stderr)
         return 2
+    if not flags.provider:
+        print("gangscale run: --provider (or GANGSCALE_PROVIDER) is required: gke, or simulated (a pretend cloud "
+              "for test clusters and the demo: it creates Node objects)", file=sys.stderr)
+        return 2
     try:
         pool_file = load_pool_file(flags.config)
     except ConfigError as exc:

@@ -98,6 +98,11 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _unset_or(parse: Callable[[str], str]) -> Callable[[str], str]:
+    """``parse``, but an empty value stays empty (unset: the caller says it is required)."""
+    return lambda text: text and parse(text)
+
+
 def _optional(text: str) -> str | None:
     return text or None
 
@@ -113,6 +118,11 @@ def _flag(default: str, help: str, parse: Callable[[str], Any] = str, *, choices
                            "negatable": negatable, "metavar": metavar})
 
 
+#: The providers ``--provider`` names; it has no default, so that a production install that forgets it does not
+#: run the simulated cloud (which creates Node objects).
+PROVIDERS = ("simulated", "gke")
+
+
 @dataclass(frozen=True)
 class RunFlags:
     """Every flag of ``gangscale run``, typed (durations in seconds)."""
@@ -121,9 +131,10 @@ class RunFlags:
                                        "~/.kube/config", _optional)
     context: str | None = _flag("", "kubeconfig context to use", _optional)
     config: str | None = _flag("", "the node-pool file (required); see `gangscale pools FILE`", _optional)
-    provider: str = _flag("simulated", "node-pool provider: simulated (a pretend cloud that registers Node objects) "
-                                       "or gke (GKE node pools and Compute Engine instance groups; every pool needs "
-                                       "a gke: block)", _choice("simulated", "gke"), choices=("simulated", "gke"))
+    provider: str = _flag("", "node-pool provider (required): gke (GKE node pools and Compute Engine instance "
+                              "groups; every pool needs a gke: block) or simulated (a pretend cloud that registers "
+                              "Node objects: test clusters and the demo)", _unset_or(_choice(*PROVIDERS)),
+                          choices=PROVIDERS)
     gke_container_endpoint: str | None = _flag("", "base URL of the GKE API (default "
                                                    "https://container.googleapis.com)", _optional)
     gke_compute_endpoint: str | None = _flag("", "base URL of the Compute Engine API (default "

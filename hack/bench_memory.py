@@ -118,7 +118,8 @@ async def run(prs: int, nodes: int, tmp: Path) -> dict[str, Any]:
 
         await asyncio.gather(*(post("/api/v1/nodes", cpu_node(i)) for i in range(nodes - prs)))
         await http.request("POST", "/api/v1/namespaces/default/podtemplates", body=TEMPLATE)
-        controller = await start("run", "--kubeconfig", str(kubeconfig), "--config", str(pools), "--metrics-port",
+        controller = await start("run", "--kubeconfig", str(kubeconfig), "--config", str(pools), "--provider",
+                                 "simulated", "--metrics-port",
                                  "0", "--batch-idle", "0", "--log-level", "warning", "--log-format", "text",
                                  ready=None, env_note="gangscale run")
         drains.append(asyncio.create_task(drain(controller)))

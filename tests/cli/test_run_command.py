@@ -167,8 +167,8 @@ def test_a_two_slice_gang_gets_exactly_four_ready_nodes_and_an_impossible_one_ge
 def test_an_invalid_pool_file_is_refused_with_every_problem(tmp_path: Path) -> None:
     bad = tmp_path / "pools.yaml"
     bad.write_text("nodePools:\n  - name: a\n    maxUnits: -1\n    machineTyp: x\n")
-    done = subprocess.run([sys.executable, "-m", "gangscale.cli", "run", "--config", str(bad),
-                           "--kubeconfig", str(tmp_path / "none")], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "gangscale.cli", "run", "--config", str(bad), "--provider",
+                           "simulated", "--kubeconfig", str(tmp_path / "none")], capture_output=True, text=True,
                           timeout=HANG_GUARD, check=False)
     assert done.returncode == 2
     assert "nodePools[0] (a).machineTyp: unknown field; did you mean machineType?" in done.stderr

@@ -149,6 +149,15 @@ def test_a_bad_variable_does_not_break_other_commands() -> None:
     assert done.returncode == 0 and done.stdout.startswith("gangscale ")
 
 
+def test_a_run_without_a_provider_is_refused_naming_the_choices(pools: Path) -> None:
+    """No default: a production install that forgets ``--provider`` must not run the simulated cloud, which makes
+    Node objects (issue 26)."""
+    done = _gangscale("run", "--config", str(pools), "--kubeconfig", "/nonexistent")
+    assert done.returncode == 2
+    assert done.stderr == ("gangscale run: --provider (or GANGSCALE_PROVIDER) is required: gke, or simulated (a "
+                           "pretend cloud for test clusters and the demo: it creates Node objects)\n")
+
+
 def test_dry_run_on_is_refused_before_anything_runs(pools: Path) -> None:
     done = _gangscale("run", "--config", str(pools), env={"GANGSCALE_DRY_RUN": "on"})
     assert done.returncode == 2
@@ -157,7 +166,8 @@ def test_dry_run_on_is_refused_before_anything_runs(pools: Path) -> None:
 
 def test_a_kubeconfig_that_does_not_exist_is_one_line(pools: Path, tmp_path: Path) -> None:
     missing = tmp_path / "nonexistent"
-    done = _gangscale("run", "--config", str(pools), "--kubeconfig", str(missing), "--no-leader-elect")
+    done = _gangscale("run", "--config", str(pools), "--provider", "simulated", "--kubeconfig", str(missing),
+                      "--no-leader-elect")
     _one_line(done, 1, f"cannot read the kubeconfig {missing}: No such file or directory")
     assert done.stderr.count("\n") == 1
 
@@ -165,7 +175,8 @@ def test_a_kubeconfig_that_does_not_exist_is_one_line(pools: Path, tmp_path: Pat
 def test_a_kubeconfig_that_is_not_one_is_one_line(pools: Path, tmp_path: Path) -> None:
     broken = tmp_path / "kubeconfig"
     broken.write_text("apiVersion: v1\nkind: Config\n")
-    done = _gangscale("run", "--config", str(pools), "--kubeconfig", str(broken), "--no-leader-elect")
+    done = _gangscale("run", "--config", str(pools), "--provider", "simulated", "--kubeconfig", str(broken),
+                      "--no-leader-elect")
     _one_line(done, 1, "cannot load the Kubernetes configuration from", "current-context")
     assert done.stderr.count("\n") == 1
 
@@ -177,15 +188,16 @@ def test_an_unreachable_api_server_is_retried_then_one_line(pools: Path, tmp_pat
         port = closed.getsockname()[1]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(b.kubeconfig_yaml(f"http://127.0.0.1:{port}"))
-    done = _gangscale("run", "--config", str(pools), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
-                      "--api-unreachable-timeout", "1s", "--log-format", "text")
+    done = _gangscale("run", "--config", str(pools), "--provider", "simulated", "--kubeconfig", str(kubeconfig),
+                      "--no-leader-elect", "--api-unreachable-timeout", "1s", "--log-format", "text")
     _one_line(done, 1, f"cannot reach the Kubernetes API server at http://127.0.0.1:{port}", "gave up after 1s")
 
 
 async def test_a_port_in_use_is_one_line(pools: Path, busy_port: int, kubeconfig: Path) -> None:
     # In a thread: the embedded API server answers from this test's event loop.
     done = await asyncio.to_thread(
-        _gangscale, "run", "--config", str(pools), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
+        _gangscale, "run", "--config", str(pools), "--provider", "simulated", "--kubeconfig", str(kubeconfig),
+        "--no-leader-elect",
                       "--metrics-host", "127.0.0.1", "--metrics-port", str(busy_port), "--for", "30s")
     _one_line(done, 1, f"cannot serve /metrics and the probes on 127.0.0.1:{busy_port}", "in use")
 
