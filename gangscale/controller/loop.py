@@ -98,6 +98,8 @@ log = logging.getLogger(__name__)
 
 #: Every request is reconciled at least this often even when nothing happens (a safety net, as informers resync).
 RESYNC = 60.0
+#: How often a loop that stopped deciding on a stale cache looks at the watches again.
+STALE_RECHECK = 1.0
 #: How long a rolled-back scale-up's claim is remembered after its last node is gone from the view.
 DEPARTING_GRACE = 60.0
 
@@ -192,6 +194,8 @@ class Controller:
         self._changed_nodes: set[str] = set()
         self._changed_pods: set[tuple[str, str]] = set()
         self._freed = False
+        #: The stale caches last logged (:meth:`_wait_out_stale_watches`).
+        self._stale_told: list[str] = []
         #: Requests a step of this pass failed on (:meth:`_request_failed`).
         self._failed_now: set[str] = set()
         self.batching = Batching(self.settings.batch_idle, self.settings.batch_max)
@@ -345,6 +349,9 @@ class Controller:
             log.info("synced and reconciled; serving classes %s%s", ", ".join(self.settings.classes),
                      " (dry run)" if self.settings.dry_run else "")
             while True:
+                if self._stale_watches():
+                    await self._wait_out_stale_watches()
+                    continue
                 self.run_guarded()
                 await self.wait_for_work()
         except asyncio.CancelledError:
@@ -374,6 +381,26 @@ class Controller:
         for source in self.sources.values():
             await source.aclose()
         await self.tasks.aclose()
+
+    def _stale_watches(self) -> list[str]:
+        """Why a cache the decisions read is stale: a reflector that stopped, or has failed for longer than
+        ``--api-unreachable-timeout`` without progress (while the other watches keep the API server's last answer
+        fresh, so nothing else would notice)."""
+        bound = self.settings.api_unreachable_timeout
+        return [why for reflector in self.reflectors if (why := reflector.trouble(bound)) is not None]
+
+    async def _wait_out_stale_watches(self) -> None:
+        """No pass while a cache is stale: a plan on it could scale up for capacity that exists, or down a node
+        that is booked. Looked at again every second or at the next change."""
+        stale = self._stale_watches()
+        if stale != self._stale_told:
+            log.error("not deciding: %s", "; ".join(stale))
+            self._stale_told = stale
+        self.wakeup.clear()
+        await wait_event(self.clock, self.wakeup, self.clock.now() + STALE_RECHECK)
+        if not self._stale_watches():
+            log.info("deciding again: every watch is current")
+            self._stale_told = []
 
     def run_guarded(self) -> None:
         started = time.perf_counter()
@@ -438,6 +465,8 @@ class Controller:
         silent = time.monotonic() - self.http.last_ok
         if silent > self.settings.api_unreachable_timeout:
             return False, f"the API server has not answered for {silent:.0f}s"
+        if stale := self._stale_watches():
+            return False, "; ".join(stale) + " (nothing is decided on a stale cache)"
         if self.ready:
             return True, "ok (leader)" if self.leader is not None else "ok"
         if self.synced and self.leader is not None and not self.leader.leading.is_set():
@@ -811,6 +840,8 @@ class Controller:
 
     def _export_gauges(self) -> None:
         """The gauges, computed when they are read (``Metrics.on_render``)."""
+        bound = self.settings.api_unreachable_timeout
+        self.metrics.set_watches({r.resource.plural: r.trouble(bound) is None for r in self.reflectors})
         export_gauges(self.metrics, leading=self.leader is None or self.leader.leading.is_set(),
                       counts=self.index.counts, backed_off=self.backoffs.active(self.clock.now()), view=self.view,
                       pools=self.pools, states=self.states.values())

@@ -19,6 +19,9 @@ The loop, and why each step is there:
    list they lead to another list, on a watch to a new watch from the same resourceVersion. A watch
    that ends at once without any event also backs off, so a misbehaving server cannot make us spin.
    Other errors (403, 400...) back off and re-list.
+6. Health (:meth:`Reflector.trouble`): the time since the reflector last made progress (a list done, a watch
+   accepted, an event or bookmark) while it keeps failing, and whether its task has ended. The controller stops
+   deciding when a cache goes stale this way: everything else keeps answering, so nothing else would notice.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +90,30 @@ class Reflector:
         self._listed = asyncio.Event()
         self._subscribers: list[asyncio.Queue[ReflectorEvent]] = []
         self._handlers: list[Callable[[ReflectorEvent], None]] = []
+        #: Monotonic time of the first failure since the last progress (None: not failing), and why.
+        self.failing_since: float | None = None
+        self.failure = ""
+        #: Why :meth:`run` ended (an exception, or a cancellation: the loop cancels it only when it stops itself).
+        self.ended: str | None = None
+
+    # --- health --------------------------------------------------------------------------------------
+
+    def _progress(self) -> None:
+        self.failing_since, self.failure = None, ""
+
+    def _failing(self, why: object) -> None:
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+        self.failure = str(why)
+
+    def trouble(self, bound: float) -> str | None:
+        """Why this cache may be stale: the reflector ended, or has failed for more than ``bound`` seconds without
+        progress; None when it is healthy (or still starting: the first list is what ``synced`` waits for)."""
+        if self.ended is not None:
+            return f"the watch of {self.resource.plural} stopped: {self.ended}"
+        if self.failing_since is not None and (silent := time.monotonic() - self.failing_since) > bound:
+            return f"the watch of {self.resource.plural} has failed for {silent:.0f}s: {self.failure}"
+        return None
 
     # --- consumers -----------------------------------------------------------------------------------
 
@@ -119,6 +147,16 @@ class Reflector:
 
     async def run(self, *, iterations: int | None = None) -> None:
         """List and watch until cancelled (or for ``iterations`` list+watch rounds, for tests)."""
+        try:
+            await self._run(iterations)
+        except asyncio.CancelledError:
+            self.ended = "cancelled"
+            raise
+        except Exception as exc:
+            self.ended = f"{type(exc).__name__}: {exc}"
+            raise
+
+    async def _run(self, iterations: int | None) -> None:
         done = 0
         expired_in_a_row = 0
         while iterations is None or done < iterations:
@@ -130,6 +168,7 @@ class Reflector:
                 self._listed.set()
                 await self._watch_unless_relist_wanted()
             except WatchExpired:
+                self._failing("410 Expired")
                 log.warning("reflector %s: resourceVersion %s expired (410), re-listing",
                          self.resource.plural, self.resource_version)
                 expired_in_a_row = 1 if self._delivered else expired_in_a_row + 1
@@ -142,6 +181,7 @@ class Reflector:
             except ApiError as exc:
                 if exc.gone:
                     continue
+                self._failing(exc)
                 delay = self.backoff.next(exc.retry_after)
                 log.warning("reflector %s: %s; retrying in %.2fs", self.resource.plural, exc, delay)
                 await self._sleep(delay)
@@ -185,6 +225,7 @@ class Reflector:
         self.lists += 1
         self._replace(items, rv)
         self.backoff.reset()
+        self._progress()
         self.synced.set()
 
     def _replace(self, items: list[JSON], rv: str) -> None:
@@ -210,7 +251,7 @@ class Reflector:
                 async for event in self.http.stream(self.resource.path(self.namespace), {
                         **self._selectors(), "resourceVersion": self.resource_version,
                         "allowWatchBookmarks": True, "timeoutSeconds": int(timeout)},
-                        timeout=timeout + 30.0):
+                        timeout=timeout + 30.0, opened=self._progress):
                     got_event = True
                     self._handle(event)
             except ApiError as exc:
@@ -220,6 +261,7 @@ class Reflector:
                     raise
                 # Throttled, a server error or a dropped connection: the resourceVersion is still
                 # good, so resume the watch from it (as client-go does) instead of paying a re-list.
+                self._failing(exc)
                 log.warning("reflector %s: watch interrupted (%s), resuming from %s",
                          self.resource.plural, exc, self.resource_version)
                 await self._sleep(self.backoff.next(exc.retry_after))

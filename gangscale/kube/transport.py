@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,15 +92,18 @@ class KubeHTTP:
             raise ApiError(resp.status, "BadResponse", "response is not a JSON object")
         return out
 
-    async def stream(self, path: str, query: Mapping[str, Any], *,
-                     timeout: float | None = None) -> AsyncIterator[JSON]:
-        """The events of one watch request, until the server ends the stream."""
+    async def stream(self, path: str, query: Mapping[str, Any], *, timeout: float | None = None,
+                     opened: Callable[[], None] | None = None) -> AsyncIterator[JSON]:
+        """The events of one watch request, until the server ends the stream; ``opened`` is called once the server
+        has accepted it (a watch may then stay silent for minutes, and is healthy)."""
         client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0,
                                                sock_read=timeout) if timeout else None
         resp = await self._call("GET", path, query={**query, "watch": "true"}, timeout=client_timeout)
         async with resp:
             if not 200 <= resp.status <= 299:
                 raise ApiError.from_response(resp.status, await resp.read(), resp.headers)
+            if opened is not None:
+                opened()
             try:
                 while True:
                     line = await resp.content.readline()

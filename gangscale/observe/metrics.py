@@ -57,6 +57,10 @@ Series (the names and labels are the public API):
 ``gangscale_ray_gcs_reachable{namespace, raycluster}`` (gauge)
     1 when the last read of the RayCluster head's GCS succeeded, else 0 (only with the ``gangscale[ray]`` extra).
     :meth:`Metrics.set_ray_gcs`, replace semantics.
+``gangscale_watch_healthy{resource}`` (gauge)
+    1 while the list-and-watch cache of the resource is current, 0 once its reflector stopped or has failed past
+    ``--api-unreachable-timeout`` without progress (``/readyz`` fails and nothing is decided then).
+    :meth:`Metrics.set_watches`, replace semantics.
 
 "Replace semantics": the call gives the complete current picture; label sets missing from it are removed rather
 than left at their last value, so a deleted pool or an emptied state does not linger on dashboards.
@@ -190,6 +194,11 @@ class Metrics:
         self._backoffs = Counter(
             "gangscale_pool_backoffs_total", "Times a node pool was put in backoff.", ["pool", "reason"], registry=r
         )
+        self._watches = _ReplacingGauge(
+            Gauge("gangscale_watch_healthy", "1 while the list-and-watch cache of the resource is current.",
+                  ["resource"], registry=r),
+            arity=1,
+        )
         self._backed_off = _ReplacingGauge(
             Gauge("gangscale_pool_backed_off", "1 for each node pool currently in backoff.", ["pool"], registry=r),
             arity=1,
@@ -305,6 +314,10 @@ class Metrics:
     def set_ray_missing(self, missing: Mapping[tuple[str, str, str], int]) -> None:
         """Replace the missing replicas, keyed by ``(namespace, raycluster, group)``."""
         self._ray_missing.replace(missing.items())
+
+    def set_watches(self, healthy: Mapping[str, bool]) -> None:
+        """Replace the health of the caches, keyed by resource (plural)."""
+        self._watches.replace(((resource,), 1.0 if up else 0.0) for resource, up in healthy.items())
 
     def set_ray_gcs(self, reachable: Mapping[tuple[str, str], bool]) -> None:
         """Replace the GCS reachability, keyed by ``(namespace, raycluster)``."""

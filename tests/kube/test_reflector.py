@@ -265,3 +265,26 @@ async def test_relist_catches_a_stalled_watch_up_at_once(http: KubeHTTP, apiserv
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_trouble_names_a_watch_failing_without_progress_and_a_reflector_that_ended(
+        apiserver: EmbeddedAPIServer, http: KubeHTTP, sleep: RecordingSleep) -> None:
+    r = Reflector(http, b.NODES, watch_timeout=30, sleep=sleep, backoff=Backoff(initial=0.01))
+    task = asyncio.create_task(r.run())
+    try:
+        await asyncio.wait_for(r.synced.wait(), 5)
+        assert r.trouble(0.0) is None  # listed: progress
+        apiserver.inject(Fault(verb="list", resource="nodes", status=403, message="nodes is forbidden", times=None))
+        # The watch (opened after the list) ends at once, and every one after it is refused.
+        apiserver.inject(Fault(verb="watch", resource="nodes", drop_after_events=0, times=1))
+        apiserver.inject(Fault(verb="watch", resource="nodes", status=403, message="nodes is forbidden", times=None))
+        await http.request("POST", b.NODES.path(), body=b.node("n0"))
+        await wait_for(lambda: r.failing_since is not None)
+        assert r.trouble(3600.0) is None  # failing, not for long
+        trouble = r.trouble(0.0)
+        assert trouble is not None and trouble.startswith("the watch of nodes has failed for ") and "403" in trouble
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert r.trouble(3600.0) == "the watch of nodes stopped: cancelled"
