@@ -17,8 +17,22 @@ Filters, in the default profile's order, each giving kube-scheduler's reason tex
 - **NodeAffinity**: ``nodeSelector`` (exact matches) and required ``nodeAffinity.nodeSelectorTerms``
   (terms ORed, an empty term matches nothing, expressions and fields ANDed; ``In``, ``NotIn``, ``Exists``,
   ``DoesNotExist``, ``Gt``, ``Lt``; ``matchFields`` on ``metadata.name``).
+- **NodePorts**: no host port of the pod may conflict with one a pod on the node (bound, or assumed earlier in
+  the pass) takes: same port and protocol (empty is ``TCP``), and the host IPs equal or either ``0.0.0.0``
+  (empty is ``0.0.0.0``). Ports of containers and sidecars count, not of regular init containers; with
+  ``hostNetwork`` a port without ``hostPort`` is one (API defaulting sets ``hostPort`` to ``containerPort``).
 - **NodeResourcesFit**: the pod's effective requests against allocatable minus the requests of the pods
   already on the node, and the ``pods`` count (every failing resource is a reason of its own).
+- **PodTopologySpread**, ``whenUnsatisfiable: DoNotSchedule`` constraints only (``ScheduleAnyway`` only
+  scores). :func:`spread_state` is the PreFilter: over every node having all the pod's topology keys and
+  admitted by the constraint's ``nodeAffinityPolicy`` (``Honor`` by default: the pod's nodeSelector and
+  required node affinity) and ``nodeTaintsPolicy`` (``Ignore`` by default), the pods of the pod's namespace,
+  not being deleted, that ``labelSelector`` plus ``matchLabelKeys`` selects (an empty selector counts none),
+  per topology value. :func:`spread_reason` is the Filter: a node without the key does not fit (``missing
+  required label``); else ``count in its domain + (1 if the pod selects itself) - global minimum`` must not
+  exceed ``maxSkew``, the minimum being 0 while the eligible domains are fewer than ``minDomains``. No
+  system default constraints (they are ``ScheduleAnyway``), and ``filter_node`` skips this filter when
+  given no state (:mod:`gangscale.sim.baselineplan` gives none).
 - **InterPodAffinity**, required anti-affinity with topology ``kubernetes.io/hostname`` only, both ways
   (the pod's terms against the pods in the node's hostname domain, and those pods' terms against the pod).
 
@@ -28,10 +42,11 @@ plus the sidecars started before it, the larger of the two taken; pod-level ``sp
 the aggregate for cpu, memory and hugepages; ``spec.overhead`` is added; a limit without a request counts
 as the request.
 
-Left out: NodePorts, volumes (VolumeBinding, VolumeZone, limits), PodTopologySpread, required *pod
-affinity* and anti-affinity on any other topology key (such terms are ignored, so such pods may land where
-a real scheduler would refuse them), dynamic resources, and the ``ExtendedResourceToleration`` admission
-plugin (:func:`pod_info` can add its tolerations, since the embedded API server does not).
+Left out: volumes (VolumeBinding, VolumeZone, limits), PodTopologySpread's scoring (``ScheduleAnyway``
+constraints and the system defaults), required *pod affinity* and anti-affinity on any other topology key
+(such terms are ignored, so such pods may land where a real scheduler would refuse them), dynamic
+resources, and the ``ExtendedResourceToleration`` admission plugin (:func:`pod_info` can add its
+tolerations, since the embedded API server does not).
 
 Scoring is the sim's stand-in for a real cluster, where kube-scheduler knows nothing of bookings: a pod
 that consumes a ProvisioningRequest prefers nodes created for it (their ``gangscale.io/token`` label is one
@@ -66,6 +81,10 @@ NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 TOO_MANY_PODS = "Too many pods"
 ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
 EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+NODE_PORTS = "node(s) didn't have free ports for the requested pod ports"
+SPREAD = "node(s) didn't match pod topology spread constraints"
+SPREAD_MISSING_LABEL = f"{SPREAD} (missing required label)"
+WILDCARD_HOST_IP = "0.0.0.0"
 
 
 def untolerated_taint(key: str, value: str) -> str:
@@ -94,6 +113,46 @@ class AntiTerm:
 
 
 @dataclass(frozen=True, slots=True)
+class PortUse:
+    """A host port a pod takes on its node: ``hostIP`` (empty is ``0.0.0.0``), protocol (empty is TCP), port."""
+
+    host_ip: str
+    protocol: str
+    port: int
+
+    def conflicts(self, other: PortUse) -> bool:
+        """``HostPortInfo.CheckConflict``: same port and protocol, and the IPs equal or either ``0.0.0.0``."""
+        return (self.port == other.port and self.protocol == other.protocol
+                and (self.host_ip == other.host_ip or WILDCARD_HOST_IP in (self.host_ip, other.host_ip)))
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadTerm:
+    """A ``topologySpreadConstraints`` entry with ``whenUnsatisfiable: DoNotSchedule``, defaults applied."""
+
+    max_skew: int
+    topology_key: str
+    #: ``labelSelector`` with ``matchLabelKeys`` merged in; None (no selector) selects no pod.
+    selector: JSON | None
+    min_domains: int
+    #: ``nodeAffinityPolicy: Honor`` (the default): only nodes the pod's node affinity/selector accepts count.
+    honor_affinity: bool
+    #: ``nodeTaintsPolicy: Honor`` (default ``Ignore``): only nodes whose taints the pod tolerates count.
+    honor_taints: bool
+
+    def counts(self, other: PodInfo, namespace: str) -> bool:
+        """``countPodsMatchSelector``: a pod of the namespace, not being deleted, that a non-empty selector
+        matches (an empty selector counts no pod, though it matches the incoming pod itself)."""
+        selector = self.selector
+        return (other.namespace == namespace and not other.deleting and selector is not None
+                and bool(selector.get("matchLabels") or selector.get("matchExpressions"))
+                and selector_matches(selector, other.labels))
+
+    def matches_self(self, pod: PodInfo) -> bool:
+        return self.selector is not None and selector_matches(self.selector, pod.labels)
+
+
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     namespace: str
     name: str
@@ -110,6 +169,12 @@ class PodInfo:
     anti_affinity: tuple[AntiTerm, ...]
     #: The ProvisioningRequest the pod consumes (annotation), if any.
     consumes: str | None
+    #: Host ports of its containers and sidecars (every container port with ``hostNetwork``).
+    host_ports: tuple[PortUse, ...] = ()
+    #: Its ``DoNotSchedule`` topology spread constraints.
+    spread: tuple[SpreadTerm, ...] = ()
+    #: ``metadata.deletionTimestamp`` is set (PodTopologySpread does not count it).
+    deleting: bool = False
 
     @property
     def key(self) -> str:
@@ -212,6 +277,44 @@ def _with_label_keys(selector: JSON, term: Mapping[str, Any], labels: Mapping[st
     return selector
 
 
+def _host_ports(spec: Mapping[str, Any]) -> tuple[PortUse, ...]:
+    """``GetHostPorts``: ``hostPort > 0`` entries of sidecars and containers; with ``hostNetwork`` API
+    defaulting has made every ``containerPort`` a host port (a missing ``hostPort`` is the container port)."""
+    host_network = spec.get("hostNetwork") is True
+    containers = [_map(c) for c in _list(spec.get("initContainers")) if _map(c).get("restartPolicy") == "Always"]
+    containers += [_map(c) for c in _list(spec.get("containers"))]
+    ports = []
+    for container in containers:
+        for raw in _list(container.get("ports")):
+            entry = _map(raw)
+            port = entry.get("hostPort") or (entry.get("containerPort") if host_network else None)
+            if isinstance(port, int) and not isinstance(port, bool) and port > 0:
+                ports.append(PortUse(str(entry.get("hostIP") or WILDCARD_HOST_IP), str(entry.get("protocol") or "TCP"),
+                                     port))
+    return tuple(ports)
+
+
+def _positive(raw: object, default: int) -> int:
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else default
+
+
+def _spread_terms(spec: Mapping[str, Any], labels: Mapping[str, str]) -> tuple[SpreadTerm, ...]:
+    terms = []
+    for raw in _list(spec.get("topologySpreadConstraints")):
+        constraint = _map(raw)
+        if constraint.get("whenUnsatisfiable") != "DoNotSchedule":
+            continue  # ScheduleAnyway only scores
+        selector = constraint.get("labelSelector")
+        merged = _with_label_keys(dict(selector), {"matchLabelKeys": constraint.get("matchLabelKeys")}, labels) \
+            if isinstance(selector, Mapping) else None
+        terms.append(SpreadTerm(
+            max_skew=_positive(constraint.get("maxSkew"), 1), topology_key=str(constraint.get("topologyKey") or ""),
+            selector=merged, min_domains=_positive(constraint.get("minDomains"), 1),
+            honor_affinity=constraint.get("nodeAffinityPolicy") != "Ignore",
+            honor_taints=constraint.get("nodeTaintsPolicy") == "Honor"))
+    return tuple(terms)
+
+
 def pod_info(pod: JSON, *, extended_resource_toleration: bool = False) -> PodInfo:
     """The filters' view of a pod; raises ValueError (QuantityError) for requests that do not parse.
 
@@ -241,6 +344,9 @@ def pod_info(pod: JSON, *, extended_resource_toleration: bool = False) -> PodInf
         tolerations=tuple(tolerations),
         anti_affinity=_anti_terms(spec, namespace, labels),
         consumes=str(consumes) if consumes else None,
+        host_ports=_host_ports(spec),
+        spread=_spread_terms(spec, labels),
+        deleting=bool(meta.get("deletionTimestamp")),
     )
 
 
@@ -348,14 +454,72 @@ def anti_affinity_reason(pod: PodInfo, neighbours: Iterable[PodInfo],
     return None
 
 
+def ports_reason(pod: PodInfo, on_node: Iterable[PodInfo]) -> str | None:
+    """NodePorts: a host port of ``pod`` conflicts with one a pod on the node (bound or assumed) takes."""
+    if not pod.host_ports:
+        return None
+    used = [port for other in on_node for port in other.host_ports]
+    return NODE_PORTS if any(want.conflicts(have) for want in pod.host_ports for have in used) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadState:
+    """PodTopologySpread's PreFilter for one pod: per constraint, its matching pods per eligible domain."""
+
+    counts: tuple[Mapping[str, int], ...] = ()
+
+
+def spread_state(pod: PodInfo, nodes: Iterable[tuple[NodeInfo, Iterable[PodInfo]]]) -> SpreadState:
+    """Count, over every node (with the pods on it) that has all the constraints' topology keys and that each
+    constraint's node inclusion policies admit, the pods its selector counts, per topology value."""
+    counts: list[dict[str, int]] = [{} for _ in pod.spread]
+    if not pod.spread:
+        return SpreadState()
+    for node, pods in nodes:
+        if any(term.topology_key not in node.labels for term in pod.spread):
+            continue
+        on_node = list(pods)
+        for term, into in zip(pod.spread, counts, strict=True):
+            if term.honor_affinity and not node_affinity_matches(pod, node):
+                continue
+            if term.honor_taints and first_untolerated(node.taints, pod.tolerations) is not None:
+                continue
+            value = node.labels[term.topology_key]
+            into[value] = into.get(value, 0) + sum(term.counts(other, pod.namespace) for other in on_node)
+    return SpreadState(tuple(counts))
+
+
+def spread_reason(pod: PodInfo, node: NodeInfo, state: SpreadState) -> str | None:
+    """PodTopologySpread's Filter, constraint by constraint: the node needs the topology key, and
+    ``matching in its domain + (1 if the pod matches) - global minimum <= maxSkew``; the global minimum is
+    the fewest matching pods over the eligible domains, 0 while they are fewer than ``minDomains``."""
+    for term, counts in zip(pod.spread, state.counts, strict=False):
+        value = node.labels.get(term.topology_key)
+        if value is None:
+            return SPREAD_MISSING_LABEL
+        if len(counts) < term.min_domains:
+            floor = 0
+        elif counts:
+            floor = min(counts.values())
+        else:
+            continue  # no eligible domain at all: kube-scheduler's minimum is MaxInt32, nothing is skewed
+        if counts.get(value, 0) + term.matches_self(pod) - floor > term.max_skew:
+            return SPREAD
+    return None
+
+
 def filter_node(pod: PodInfo, node: NodeInfo, requested: Mapping[str, int], pod_count: int,
-                neighbours: Iterable[PodInfo], namespace_labels: Mapping[str, Mapping[str, str]] | None = None
-                ) -> list[str]:
+                neighbours: Iterable[PodInfo], namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+                *, on_node: Iterable[PodInfo] | None = None, spread: SpreadState | None = None) -> list[str]:
     """Why ``pod`` may not go to ``node`` (kube-scheduler's reason texts); empty when it may.
+
+    ``on_node``: the pods on the node, for NodePorts (``neighbours`` when omitted). ``spread``: the pod's
+    :func:`spread_state` over the whole cluster; without it PodTopologySpread is not checked.
 
     Like the scheduling framework, the first filter that fails decides; only NodeResourcesFit may give
     several reasons at once.
     """
+    neighbours = list(neighbours)
     unschedulable_taint = {"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"}
     if node.unschedulable and not any(tolerates(t, unschedulable_taint) for t in pod.tolerations):
         return [UNSCHEDULABLE]
@@ -366,9 +530,15 @@ def filter_node(pod: PodInfo, node: NodeInfo, requested: Mapping[str, int], pod_
         return [NOT_READY]
     if not node_affinity_matches(pod, node):
         return [NODE_AFFINITY]
+    reason = ports_reason(pod, neighbours if on_node is None else on_node)
+    if reason:
+        return [reason]
     reasons = resource_reasons(pod.requests, node.allocatable, requested, pod_count)
     if reasons:
         return reasons
+    reason = spread_reason(pod, node, spread) if spread is not None else None
+    if reason:
+        return [reason]
     reason = anti_affinity_reason(pod, neighbours, namespace_labels or {})
     return [reason] if reason else []
 

@@ -7,8 +7,10 @@ Each :meth:`Scheduler.sync` is one scheduling pass over a fresh list of nodes, p
   ``spec.schedulingGates``. Queue order is the PrioritySort plugin's: higher ``spec.priority`` first, then
   the older pod (then namespace and name, for a stable order).
 - Filters are :func:`gangscale.sim.filters.filter_node` (kube-scheduler's default filters, see that module).
-  A node's load is the requests of its non-terminal pods, including those bound earlier in the same pass,
-  so one pass never over-commits a node.
+  A node's load is the requests and host ports of its non-terminal pods, including those bound earlier in the
+  same pass, so one pass never over-commits a node nor binds two pods to one host port (NodePorts). For a
+  pod with ``DoNotSchedule`` topology spread constraints, PodTopologySpread's counts are taken afresh over
+  every node before its filters, so they too include the pods bound earlier in the pass.
 - Among feasible nodes it picks by :func:`gangscale.sim.filters.preference`: the sim's stand-in for a real
   cluster, where kube-scheduler does not know about bookings. Consumers of a ProvisioningRequest (annotation
   ``autoscaling.x-k8s.io/consume-provisioning-request``) prefer the nodes whose ``gangscale.io/token`` label
@@ -47,6 +49,7 @@ from gangscale.sim.filters import (
     node_info,
     pod_info,
     preference,
+    spread_state,
     unschedulable_message,
 )
 from gangscale.sim.informers import HttpReader, Reader
@@ -197,9 +200,12 @@ class Scheduler:
                         namespace_labels: Mapping[str, Mapping[str, str]], now: float) -> bool:
         reasons: list[list[str]] = []
         feasible: list[NodeInfo] = []
+        spread = spread_state(pod, [(node, cluster.loads[node.name].pods) for node in cluster.nodes]) \
+            if pod.spread else None
         for node in cluster.nodes:
             load = cluster.loads[node.name]
-            why = filter_node(pod, node, load.requested, len(load.pods), cluster.neighbours(node), namespace_labels)
+            why = filter_node(pod, node, load.requested, len(load.pods), cluster.neighbours(node), namespace_labels,
+                              on_node=load.pods, spread=spread)
             if why:
                 reasons.append(why)
             else:
