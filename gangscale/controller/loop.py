@@ -196,8 +196,9 @@ class Controller:
         self._freed = False
         #: The stale caches last logged (:meth:`_wait_out_stale_watches`).
         self._stale_told: list[str] = []
-        #: Requests a step of this pass failed on (:meth:`_request_failed`).
+        #: Requests a step of this pass failed on (:meth:`_request_failed`), and those it reconciled.
         self._failed_now: set[str] = set()
+        self._reconciled_now: set[str] = set()
         self.batching = Batching(self.settings.batch_idle, self.settings.batch_max)
         self._resync_at = 0.0
         self._pass_now = 0.0
@@ -500,7 +501,7 @@ class Controller:
         acts = Actions()
         to_plan = []
         holding = not released and self.batching.holding(now)
-        self._failed_now = set()
+        self._failed_now, self._reconciled_now = set(), set()
         for key in sorted(keys):
             st = self.states.get(key)
             if st is None or waiting(st, now):
@@ -524,7 +525,9 @@ class Controller:
         except Exception:
             log.exception("scale-down failed in this pass; the pass goes on")  # it concerns no one request
         self._act(acts)
-        for key in touched - self._failed_now:
+        # Only a request that went through this pass without a failure has recovered (one that waited out its backoff
+        # was not looked at: found by CI, the reset let it fail again at once with its count back at 1).
+        for key in self._reconciled_now - self._failed_now:
             if (st := self.states.get(key)) is not None and st.failures:
                 succeeded(st)
         self.writer.finish(touched, now)
@@ -544,6 +547,7 @@ class Controller:
             self._request_failed(st, "reconcile", exc)
             return False
         acts.extend(mine)
+        self._reconciled_now.add(st.key)
         return wants_plan
 
     def _apply_cluster_changes(self) -> None:

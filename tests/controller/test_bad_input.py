@@ -105,7 +105,12 @@ async def test_a_step_that_raises_on_one_request_is_that_requests_failure(
         tracebacks = [r for r in caplog.records if r.exc_info]
         assert [r.getMessage() for r in tracebacks] == [
             "default/bad: could not reconcile (attempt 1): ValueError: year 33715 is out of range"]
+        # Within its backoff the request is not looked at, though its nodes keep changing (kubelet heartbeats).
+        await cl.advance_stepwise(30)
+        assert [r.getMessage() for r in caplog.records if r.exc_info] == [
+            "default/bad: could not reconcile (attempt 1): ValueError: year 33715 is out of range"]
+        assert len(await events(cl, "bad", "ReconcileError")) == 1
 
         monkeypatch.setattr(reconcile_module, "provisioned", real)
-        await cl.advance_stepwise(60)
+        await cl.advance_stepwise(31)
         assert await cl.condition("bad", "Provisioned") == ("True", "CapacityIsProvisioned")
