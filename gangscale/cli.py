@@ -291,7 +291,7 @@ def _show_pools(path: str) -> int:
 async def _run_apiserver(args: argparse.Namespace) -> int:
     from gangscale.clock import SystemClock
     from gangscale.sim.apiserver import EmbeddedAPIServer
-    from gangscale.sim.apiserver.controllers import NodeMonitorSettings
+    from gangscale.sim.apiserver.nodehealth import NodeMonitorSettings
     from gangscale.sim.examples import create_example_objects, describe_server
 
     server = EmbeddedAPIServer(port=args.port, watch_window=args.watch_window,

@@ -13,7 +13,7 @@ import pytest_asyncio
 from gangscale.clock import ManualClock
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer
-from gangscale.sim.apiserver.controllers import NodeHealthMonitor, NodeMonitorSettings
+from gangscale.sim.apiserver.nodehealth import NodeHealthMonitor, NodeMonitorSettings
 from gangscale.timefmt import rfc3339
 from tests import builders as b
 from tests.conftest import wait_for

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from gangscale.providers.simulated import SimulatedProvider
-from gangscale.sim.apiserver.controllers import NodeHealthMonitor, NodeMonitorSettings
+from gangscale.sim.apiserver.nodehealth import NodeHealthMonitor, NodeMonitorSettings
 from gangscale.sim.apiserver.resources import StorageKey
 from gangscale.sim.apiserver.store import Event
 from tests.conftest import wait_for

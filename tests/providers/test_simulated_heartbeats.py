@@ -24,7 +24,7 @@ from gangscale.providers.simnodes import (
 )
 from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault, LoggedRequest
-from gangscale.sim.apiserver.controllers import NodeHealthMonitor, NodeMonitorSettings
+from gangscale.sim.apiserver.nodehealth import NodeHealthMonitor, NodeMonitorSettings
 from gangscale.sim.quiet import until_quiet
 from tests import builders as b
 from tests.providers.test_simulated import DEADLINE, make_pool

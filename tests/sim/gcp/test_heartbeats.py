@@ -12,7 +12,7 @@ import pytest
 from gangscale.clock import ManualClock
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer
-from gangscale.sim.apiserver.controllers import NodeHealthMonitor
+from gangscale.sim.apiserver.nodehealth import NodeHealthMonitor
 from gangscale.sim.gcp import FakeGcp
 from tests import builders as b
 from tests.conftest import wait_for
