@@ -105,6 +105,11 @@ class Units:
     broken: Mapping[str, tuple[str, ...]]
 
 
+def obtained_nodes_seen(st: RequestState, view: ClusterView) -> bool:
+    """Every node the provider said the request's scale-up made is in the view."""
+    return all(name in view.nodes for got in st.obtained.values() for name in got.node_names)
+
+
 def arriving_claims(states: Iterable[RequestState], view: ClusterView) -> set[str]:
     """Claims of scale-ups whose request is Provisioned already but whose nodes are not all in the view yet: with
     ``provisionedWhen: Requested`` a request is Provisioned when the provider grants the units, before their nodes
