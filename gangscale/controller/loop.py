@@ -298,6 +298,11 @@ class Controller:
         is handed to ``then`` by the loop, at the start of the next pass."""
         self.tasks.spawn(coro, name, then)
 
+    def run_background(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """A task that runs until its owner cancels it or the loop stops (a source's poller), guarded like the
+        reflectors."""
+        return self.tasks.run_background(coro, name)
+
     def _task_done(self) -> None:
         self.wakeup.set()
         self._settled.set()

@@ -56,8 +56,9 @@ class Tasks:
 
         task.add_done_callback(done)
 
-    def run_background(self, coro: Coroutine[Any, Any, Any], name: str) -> None:
-        """A task that runs as long as the loop (a reflector): its failure is logged, it is cancelled at the end."""
+    def run_background(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """A task that runs as long as the loop (a reflector, a poller) or until its owner cancels it: its failure
+        is logged, it is cancelled when the loop stops."""
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)
 
@@ -67,6 +68,7 @@ class Tasks:
                 log.error("background task %s failed", t.get_name(), exc_info=t.exception())
 
         task.add_done_callback(done)
+        return task
 
     def take_results(self) -> list[tuple[Then, Any]]:
         results, self.results = self.results, []
