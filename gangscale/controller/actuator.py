@@ -49,9 +49,9 @@ class Actuator:
         #: Whether this process may act now (it holds the leader lease): checked before every mutating call.
         self.fence = fence
         self.pools = pools
-        #: Units released, until the controller's view of the nodes has caught up with their deletion (it prunes
-        #: this): a unit whose first hosts are gone from the cache and last ones not yet must not look broken.
-        self.released: set[str] = set()
+        #: Units released since the pass last took them (:meth:`take_released`): the pass enters them in its
+        #: ledger, where they stay until the view has caught up with their deletion.
+        self._released: list[str] = []
 
     def _fenced(self) -> None:
         if not self.fence():
@@ -147,4 +147,9 @@ class Actuator:
     async def release(self, pool: str, unit_ids: Sequence[str], token: str) -> None:
         await self._retried("release", lambda: self.provider.release(pool, unit_ids, token=token),
                             f"release of {len(unit_ids)} unit(s) of {pool}")
-        self.released.update(unit_ids)
+        self._released.extend(unit_ids)
+
+    def take_released(self) -> list[str]:
+        """The units released since the last call (by any task: scale-down, a rollback, an orphan)."""
+        released, self._released = self._released, []
+        return released

@@ -1,6 +1,7 @@
 """What the loop looks up about requests by something other than their key, kept current as each one changes.
 
-- the request that recorded each provider token, and the tokens of scale-ups not Provisioned yet;
+- the request that recorded each provider token (and, in the :class:`~.ledger.Ledger`, the claims its scale-up
+  holds while in progress or while its nodes are still arriving);
 - the requests booked on each node, and how many bookings hold each node (scale-down never removes one);
 - what each request holds (:class:`~.snapshot.Holding`: bookings and units in flight), for the planner;
 - pending requests waiting out a retry backoff (capacity handed back lets them try at once);
@@ -16,18 +17,32 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
+from gangscale.controller.ledger import Ledger
 from gangscale.controller.request import Phase, RequestState, phase
 from gangscale.controller.snapshot import NOTHING, Holding
 
 
+def held_claims(st: RequestState, claim: Callable[[str], str]) -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:
+    """The claims a request's recorded scale-up holds, for :meth:`Ledger.track`: those of a scale-up not
+    Provisioned yet; and (claim -> node names the provider made) those of one Provisioned while its nodes may still
+    be registering (``provisionedWhen: Requested``, or a booking not rebuilt yet after a restart)."""
+    if st.record is None:
+        return frozenset(), {}
+    match phase(st):
+        case Phase.PROVISIONING:
+            return frozenset(map(claim, st.record.tokens)), {}
+        case Phase.BOOKED if st.obtained and (st.request.provisioned_when_requested or st.booking is None):
+            return frozenset(), {claim(token): got.node_names for token, got in st.obtained.items()}
+    return frozenset(), {}
+
+
 class RequestIndex:
     def __init__(self, touch_nodes: Callable[[Iterable[str]], None],
-                 touch_tokens: Callable[[Iterable[str]], None], claim: Callable[[str], str]) -> None:
-        self._touch_nodes, self._touch_tokens, self._claim = touch_nodes, touch_tokens, claim
+                 touch_claims: Callable[[Iterable[str]], None], claim: Callable[[str], str], ledger: Ledger) -> None:
+        self._touch_nodes, self._touch_claims, self._claim = touch_nodes, touch_claims, claim
+        self.ledger = ledger
         #: claim (``NodePoolProvider.claim``) of a recorded token -> key of the request that recorded it.
         self.token_owner: dict[str, str] = {}
-        #: key -> tokens, for requests whose recorded scale-up is not Provisioned yet.
-        self.provisioning: dict[str, tuple[str, ...]] = {}
         #: node -> keys of the requests booked on it.
         self.booked_on: dict[str, set[str]] = defaultdict(set)
         #: key -> what the request holds (absent: nothing).
@@ -58,12 +73,9 @@ class RequestIndex:
             self.retrying.add(st.key)
         else:
             self.retrying.discard(st.key)
-        if tokens and now_phase is Phase.PROVISIONING:
-            if self.provisioning.get(st.key) != tokens:
-                self.provisioning[st.key] = tokens
-                self._touch_tokens(tokens)
-        elif (gone := self.provisioning.pop(st.key, None)) is not None:
-            self._touch_tokens(gone)
+        unbooked, arriving = held_claims(st, self._claim)
+        if changed := self.ledger.track(st.key, unbooked=unbooked, arriving=arriving):
+            self._touch_claims(changed)
         label = (st.request.class_name, now_phase.value.lower())
         if self._counted.get(st.key) != label:
             self._uncount(st.key)
@@ -89,21 +101,11 @@ class RequestIndex:
     def forget(self, key: str) -> None:
         """The request is gone: nothing of it is left in any map."""
         self._unindex(key)
-        if (gone := self.provisioning.pop(key, None)) is not None:
-            self._touch_tokens(gone)
+        if gone := self.ledger.untrack(key):
+            self._touch_claims(gone)
         self.hold(key, None)
         self.retrying.discard(key)
         self._uncount(key)
-
-    # -- reads ------------------------------------------------------------------------------------------------------
-
-    def in_flight(self, claim: str, obtaining: set[str]) -> bool:
-        """Whether ``claim`` belongs to a scale-up still in progress (being obtained, or not Provisioned yet);
-        ``obtaining`` holds the claims of scale-ups whose provider calls run."""
-        return claim in obtaining or self.token_owner.get(claim) in self.provisioning
-
-    def in_flight_claims(self, obtaining: set[str]) -> set[str]:
-        return obtaining.union(self._claim(token) for tokens in self.provisioning.values() for token in tokens)
 
     # -- helpers ----------------------------------------------------------------------------------------------------
 

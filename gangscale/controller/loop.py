@@ -54,9 +54,9 @@ from gangscale.controller.demand import DemandSource
 from gangscale.controller.effects import Effects, Released, ScaledUp
 from gangscale.controller.indices import RequestIndex
 from gangscale.controller.isolation import failed, succeeded, waiting
+from gangscale.controller.ledger import Ledger
 from gangscale.controller.planning import (
     Units,
-    arriving_claims,
     gangs_of,
     obtained_nodes_seen,
     planning_snapshot,
@@ -108,8 +108,6 @@ log = logging.getLogger(__name__)
 RESYNC = 60.0
 #: How often a loop that stopped deciding on a stale cache looks at the watches again.
 STALE_RECHECK = 1.0
-#: How long a rolled-back scale-up's claim is remembered after its last node is gone from the view.
-DEPARTING_GRACE = 60.0
 
 
 class Leadership(Protocol):
@@ -173,18 +171,11 @@ class Controller:
         self.ready = False
         #: Every reflector has listed (a standby replica is synced but not ready to act).
         self.synced = False
-        #: Nodes of scale-ups being rolled back.
-        self.leaving: set[str] = set()
+        #: Capacity in flight: being obtained, coming up, handed back, going away (:mod:`ledger`).
+        self.ledger = Ledger()
         #: Gang -> (its misses so far, when it may be decided again), left by a request that failed for lack of
         #: capacity, for the gang's next request (``_continue_gang``).
         self._gang_misses: dict[str, tuple[int, float]] = {}
-        #: Requests whose abandoned scale-up is being released (the number of releases in flight): not planned.
-        self._releasing_for: dict[str, int] = {}
-        #: Claims (``provider.claim``) of the tokens whose provider calls are running.
-        self.obtaining: set[str] = set()
-        #: Claims of failed scale-ups that the provider rolled back -> when: their nodes may outlive the rollback
-        #: (on GKE a Node stays until the node lifecycle controller sees its VM gone), and are no free room.
-        self.departing: dict[str, float] = {}
         self.passes = 0
         self.pass_seconds = 0.0
         self.last_pass: float | None = None
@@ -193,12 +184,12 @@ class Controller:
         self.tasks = Tasks(on_done=self._task_done)
         self._init_indices()
         self.scaledowns = ScaleDowns(self.view, self.pools, self.index, self.actuator, settings=s, metrics=self.metrics,
-                                     leaving=self.leaving, obtaining=self.obtaining, spawn=self.spawn)
+                                     ledger=self.ledger, spawn=self.spawn)
         self.writer = StatusWriter(self.states, self.sources, self.effects, self.queue, self.index, settings=s,
                                    clock=self.clock, metrics=self.metrics, spawn=self.spawn, forget=self.forget)
 
     def _init_indices(self) -> None:
-        self.index = RequestIndex(self._touch_nodes, self._touch_tokens, self.provider.claim)
+        self.index = RequestIndex(self._touch_nodes, self._touch_claims, self.provider.claim, self.ledger)
         self._changed_nodes: set[str] = set()
         self._changed_pods: set[tuple[str, str]] = set()
         self._freed = False
@@ -219,8 +210,8 @@ class Controller:
 
     @property
     def releasing(self) -> set[str]:
-        """The units being removed by scale-down (:attr:`ScaleDowns.releasing`)."""
-        return self.scaledowns.releasing
+        """The units being removed by scale-down."""
+        return self.ledger.removing()
 
     # -- Host: what the demand sources may do ----------------------------------------------------------------------
 
@@ -503,6 +494,7 @@ class Controller:
         for then, result in self.tasks.take_results():
             then(result)
         self._apply_cluster_changes()
+        self._settle(now)
         for source in self.sources.values():
             source.sync(now)
         if now >= self._resync_at:
@@ -522,7 +514,7 @@ class Controller:
             if holding and phase(st) is Phase.PENDING and not st.busy:
                 self.batching.hold(key, now)  # reconciled with its batch: Accepted and the decision in one write
                 continue
-            if self._reconciled(st, ctx, acts) and key not in self._releasing_for:
+            if self._reconciled(st, ctx, acts) and not self.ledger.releasing(key):
                 to_plan.append(st)
         if acts.capacity_freed or self._freed:
             self._freed = False
@@ -588,7 +580,7 @@ class Controller:
             if holding:
                 self.batching.hold(key, ctx.now)
             elif key not in done and not waiting(st, ctx.now) and self._reconciled(st, ctx, Actions()) \
-                    and key not in self._releasing_for:
+                    and not self.ledger.releasing(key):
                 again.append(st)
         return again
 
@@ -654,29 +646,26 @@ class Controller:
                              extra={"pr": st.key})
             self._refresh({st.key for st in lost})
 
+    def _settle(self, now: float) -> None:
+        """The ledger catches up with the actuator's releases and with the view (:meth:`Ledger.settle`); units whose
+        scale-down state changed are looked at again."""
+        released = self.ledger.units_released(self.actuator.take_released())
+        gone = self.ledger.settle(now, claim_has_nodes=lambda claim: bool(self.view.by_claim.get(claim)),
+                                  unit_present=lambda unit: unit in self.view.unit_pool)
+        self.scaledowns.idle.mark(released | gone)
+
     def _units(self) -> Units:
-        arriving = arriving_claims((self.states[key] for key in self._provisioned_on_request()), self.view)
-        return units_of(self.view, self.pools, self.index.in_flight_claims(self.obtaining) | arriving,
-                        self.actuator.released)
+        return units_of(self.view, self.pools, self.ledger.coming_up_claims(self.view.nodes.__contains__),
+                        self.ledger.going_units())
 
-    def _provisioned_on_request(self) -> list[str]:
-        """Requests whose nodes may still arrive after Provisioned=True (``provisionedWhen: Requested``, or a booking
-        not rebuilt yet after a restart)."""
-        return [key for key, st in self.states.items() if st.obtained
-                and (st.request.provisioned_when_requested or st.booking is None)]
+    def _claim_nodes(self, claim: str) -> set[str]:
+        return self.view.by_claim.get(claim, set())
 
-    def _snapshot(self, now: float, units: Units) -> Any:
-        coming = {node for claim in self.index.in_flight_claims(self.obtaining)
-                  for node in self.view.by_claim.get(claim, ())}
-        # A rolled-back scale-up's nodes that are still registered are on their way out (found by the gke crash
-        # tests: a re-plan put pods on a deleted slice's nodes). A claim is forgotten once it has no node left and a
-        # watch event still in flight could no longer bring one back.
-        self.departing = {claim: since for claim, since in self.departing.items()
-                          if self.view.by_claim.get(claim) or now - since < DEPARTING_GRACE}
-        departing = {node for claim in self.departing for node in self.view.by_claim.get(claim, ())}
+    def _snapshot(self, now: float, units: Units) -> Snapshot:
+        coming = {node for claim in self.ledger.in_progress_claims() for node in self._claim_nodes(claim)}
         return planning_snapshot(self.pools, self.view, units, self.index.holdings.values(), self.backoffs, now,
-                                 going=self.scaledowns.releasing | self.actuator.released,
-                                 leaving=self.leaving | departing, coming=coming)
+                                 going=self.ledger.going_units(), leaving=self.ledger.leaving_nodes(self._claim_nodes),
+                                 coming=coming)
 
     # -- effects ----------------------------------------------------------------------------------------------------
 
@@ -713,7 +702,7 @@ class Controller:
             events, st.events = st.events, []
             source.note_events(st, events)
         st.task = "scale-up"
-        self.obtaining.update(map(self.view.claim, record.tokens))
+        self.ledger.start_obtain(map(self.view.claim, record.tokens))
         self.batching.started(st.key)
         self._touch_tokens(record.tokens)
         self.spawn(self.effects.scale_up(source, st, record, intent, events), f"scale-up {st.key}",
@@ -729,13 +718,13 @@ class Controller:
             return
         if isinstance(result, BaseException):
             log.error("the scale-up of %s failed unexpectedly", st.key, exc_info=result)
-            self.obtaining.difference_update(map(self.view.claim, st.record.tokens if st.record else ()))
+            self.ledger.obtain_returned(map(self.view.claim, st.record.tokens if st.record else ()))
             self._touch_tokens(st.record.tokens if st.record else ())
             st.record, st.retry_at = None, now + self.settings.retry_initial
             self.queue.mark(st.key)
             return
         record = result.record
-        self.obtaining.difference_update(map(self.view.claim, record.tokens))
+        self.ledger.obtain_returned(map(self.view.claim, record.tokens))
         self._touch_tokens(record.tokens)
         if result.intent_error is not None:
             if result.intent_error.not_found:
@@ -758,7 +747,7 @@ class Controller:
                 failures = [Failure(error, self._asked(record, error.pool), self._held_units(error.pool, st.key))
                             for error in result.failures]
                 st.record = None
-                self.departing.update(dict.fromkeys(map(self.view.claim, record.tokens), now))
+                self.ledger.rolled_back(map(self.view.claim, record.tokens), now)
                 for pool in scale_up_failed(st, failures, ctx):
                     self.metrics.backoff(pool, next(f.error.error_class.value for f in failures
                                                     if f.error.pool == pool))
@@ -779,31 +768,22 @@ class Controller:
 
     def _held_units(self, pool: str, but: str) -> int:
         units = self.view.units(self.pools).get(pool, {})
-        count = unit_count(self.view, self.pools[pool], units, self.scaledowns.releasing, self.leaving)
+        count = unit_count(self.view, self.pools[pool], units, self.ledger.going_units(),
+                           self.ledger.leaving_nodes(self._claim_nodes))
         coming = sum(n for key, holding in self.index.holdings.items() if key != but for p, n in holding.inflight
                      if p == pool)
         return count + coming
 
     def _start_release(self, release: Release) -> None:
-        self.leaving.update(release.nodes)
-        # Found by name, and by claim: a scale-up resumed after a restart and released before its obtain returned
-        # knows no node names, and its nodes (Ready, or registering still) must not look free meanwhile (found by
-        # hack/chaos.py --provider gke, seed 9103: a gang was booked on the slice of a deleted request's release).
-        self.departing.update(dict.fromkeys(map(self.view.claim, (step.token for step in release.steps)),
-                                            self.clock.now()))
-        self._touch_nodes(release.nodes)
         key = release.st.key
-        # Not planned again until every unit is gone: re-planned earlier, the request could have twice the nodes it
-        # needs for as long as the release takes (found by hack/chaos.py). Its condition is written meanwhile.
-        self._releasing_for[key] = self._releasing_for.get(key, 0) + 1
+        self.ledger.start_release(key, release.nodes, [self.view.claim(step.token) for step in release.steps],
+                                  self.clock.now())
+        self._touch_nodes(release.nodes)
         self.spawn(self.effects.release(key, release.steps, release.nodes, release.why), f"release {key}",
                    then=lambda result: self._released(release.st, release, result))
 
     def _released(self, st: RequestState, release: Release, result: Released | BaseException) -> None:
-        left = self._releasing_for.pop(st.key, 1) - 1
-        if left:
-            self._releasing_for[st.key] = left
-        self.leaving.difference_update(release.nodes)
+        self.ledger.release_returned(st.key, release.nodes)
         self._touch_nodes(release.nodes)
         if st.deleted:
             return
@@ -829,6 +809,10 @@ class Controller:
     def _touch_tokens(self, tokens: Iterable[str]) -> None:
         for token in tokens:
             self._touch_nodes(self.view.nodes_of(token))
+
+    def _touch_claims(self, claims: Iterable[str]) -> None:
+        for claim in claims:
+            self._touch_nodes(self._claim_nodes(claim))
 
     def _nodes_of(self, st: RequestState) -> list[str]:
         return [name for got in st.obtained.values() for name in got.node_names]

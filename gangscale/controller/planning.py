@@ -12,7 +12,7 @@ from gangscale.controller.backoffs import PoolBackoffs
 from gangscale.controller.bookings import consumed_on, live_bookings, planned_booking
 from gangscale.controller.rebook import rebuilt_booking
 from gangscale.controller.reconcile import WARNING
-from gangscale.controller.request import Phase, RequestState, phase
+from gangscale.controller.request import RequestState
 from gangscale.controller.scaledown import broken_units
 from gangscale.controller.snapshot import Holding, inflight_by_pool, pool_states, snapshot, unit_count
 from gangscale.controller.view import ClusterView, PodInfo
@@ -108,21 +108,6 @@ class Units:
 def obtained_nodes_seen(st: RequestState, view: ClusterView) -> bool:
     """Every node the provider said the request's scale-up made is in the view."""
     return all(name in view.nodes for got in st.obtained.values() for name in got.node_names)
-
-
-def arriving_claims(states: Iterable[RequestState], view: ClusterView) -> set[str]:
-    """Claims of scale-ups whose request is Provisioned already but whose nodes are not all in the view yet: with
-    ``provisionedWhen: Requested`` a request is Provisioned when the provider grants the units, before their nodes
-    register, so its scale-up is no longer "in progress", yet a slice whose second host has not registered is
-    still coming up, not half removed (issue 26: scale-down removed such a first host as "missing hosts")."""
-    out: set[str] = set()
-    for st in states:
-        if st.record is None or phase(st) is not Phase.BOOKED:
-            continue
-        for token, got in st.obtained.items():
-            if any(name not in view.nodes for name in got.node_names):
-                out.add(view.claim(token))
-    return out
 
 
 def units_of(view: ClusterView, pools: Mapping[str, NodePool], in_flight_claims: set[str],

@@ -16,6 +16,7 @@ from typing import Any
 
 from gangscale.controller.actuator import Actuator
 from gangscale.controller.indices import RequestIndex
+from gangscale.controller.ledger import Ledger
 from gangscale.controller.scaledown import IdleUnits, unneeded
 from gangscale.controller.settings import Settings
 from gangscale.controller.snapshot import unit_count
@@ -34,21 +35,18 @@ HISTORY = 50
 class ScaleDowns:
     """The units of the managed pools that scale-down watches, and their removal (see the module docstring).
 
-    ``leaving`` (nodes of scale-ups being rolled back) and ``obtaining`` (claims of the tokens whose provider calls
-    run) are the loop's own sets, read here; ``spawn`` runs a removal as a guarded task of the loop."""
+    What is in flight (units being removed or released, nodes being handed back, scale-ups in progress) is the
+    pass's :class:`~.ledger.Ledger`, read and told of removals here; ``spawn`` runs a removal as a guarded task of
+    the loop."""
 
     def __init__(self, view: ClusterView, pools: Mapping[str, NodePool], index: RequestIndex, actuator: Actuator, *,
-                 settings: Settings, metrics: Metrics, leaving: set[str], obtaining: set[str], spawn: Spawn) -> None:
+                 settings: Settings, metrics: Metrics, ledger: Ledger, spawn: Spawn) -> None:
         self.view, self.pools, self.index, self.actuator = view, pools, index, actuator
         self.settings, self.metrics, self._spawn = settings, metrics, spawn
-        self._leaving, self._obtaining = leaving, obtaining
+        self.ledger = ledger
         self.idle = IdleUnits()
-        #: Units being removed by scale-down.
-        self.releasing: set[str] = set()
         #: The latest removals, oldest first, as ``/debug/plans`` shows them.
         self.history: list[dict[str, Any]] = []
-        #: Units the actuator released, as the last pass saw them (their scale-down state changes).
-        self._released_seen: set[str] = set()
 
     def due(self) -> float | None:
         """The earliest time a unit becomes removable."""
@@ -56,17 +54,13 @@ class ScaleDowns:
 
     def scale_down(self, now: float) -> None:
         """Look again at the units a change touched; remove those unneeded for long enough (``scaledown``)."""
-        released = self.actuator.released
-        # A unit released by the actuator is gone for scale-down; it is forgotten once its nodes are.
-        released.intersection_update(self.view.unit_pool)
-        self.idle.mark(released ^ self._released_seen)
-        self._released_seen = set(released)
         self.idle.update(now, self._unneeded)
-        going = self.releasing | released
+        going = self.ledger.going_units()
+        leaving = self.ledger.leaving_nodes(lambda claim: self.view.by_claim.get(claim, ()))
 
         def count(pool: str) -> int:
             units = self.view.units({pool: self.pools[pool]}).get(pool, {})
-            return unit_count(self.view, self.pools[pool], units, going, self._leaving)
+            return unit_count(self.view, self.pools[pool], units, going, leaving)
 
         for removal in self.idle.ripe(self.pools, count, now, self.settings.scale_down_unneeded_time):
             broken = len(removal.nodes) < self.pools[removal.pool].nodes_per_unit
@@ -79,7 +73,7 @@ class ScaleDowns:
                      extra={"pool": removal.pool, "unit": removal.unit, "dry_run": self.settings.dry_run})
             if not self.settings.dry_run:
                 self.idle.forget(removal.unit)
-                self.releasing.add(removal.unit)
+                self.ledger.start_removal(removal.unit)
                 self._spawn(self.actuator.release(removal.pool, [removal.unit], f"scale-down-{removal.unit}"),
                             f"scale-down {removal.unit}", functools.partial(self._unit_gone, removal.unit))
 
@@ -91,7 +85,7 @@ class ScaleDowns:
             return None
         pool, nodes = found
         first = self.view.nodes[nodes[0]]
-        if first.unit is None or first.deleting or unit in self.releasing or unit in self.actuator.released:
+        if first.unit is None or first.deleting or self.ledger.is_going(unit):
             return None
         if not unneeded(nodes, empty=self.view.empty, protected=self._protected):
             return None
@@ -100,13 +94,13 @@ class ScaleDowns:
     def _protected(self, node: str) -> bool:
         """Booked, being rolled back, or a node of a scale-up in progress (by token: a scale-up resumed after a
         restart knows its nodes only once its obtain has returned)."""
-        if node in self.index.booked_nodes or node in self._leaving:
+        if node in self.index.booked_nodes or self.ledger.is_leaving(node):
             return True
         claim = self.view.nodes[node].claim
-        return claim is not None and self.index.in_flight(claim, self._obtaining)
+        return claim is not None and self.ledger.in_progress(claim)
 
     def _unit_gone(self, unit: str, result: object) -> None:
         if isinstance(result, BaseException):
             log.warning("could not scale down unit %s: %s", unit, result)
-        self.releasing.discard(unit)
+        self.ledger.removal_returned(unit)
         self.idle.mark([unit])
