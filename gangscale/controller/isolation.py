@@ -9,9 +9,10 @@ they are parsed (:mod:`gangscale.sources.provreqparams`); this is the net for wh
 What the request shows: a Warning Event ``ReconcileError`` naming the stage and the error, and, unless the request
 is already ``Provisioned=True`` (a failure inside gangscale is no reason to take capacity back from Kueue),
 ``Provisioned=False`` with gangscale's own reason ``ReconcileError`` and the time of the next attempt. The next
-attempt is due after ``--retry-initial``, doubling up to ``--retry-max``; meanwhile changes to the request do not
-make it reconciled again (an error that repeats on every event would flood the log). The state is not rolled back:
-what the failed step changed in memory stays, as a controller's half-done reconcile does.
+attempt is due after ``--retry-initial``, doubling up to ``--retry-max`` (:func:`gangscale.retry.isolation`);
+meanwhile changes to the request do not make it reconciled again (an error that repeats on every event would flood
+the log). The state is not rolled back: what the failed step changed in memory stays, as a controller's half-done
+reconcile does.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 from gangscale.controller import conditions as C
 from gangscale.controller.request import RequestState
 from gangscale.controller.settings import Settings
+from gangscale.retry import isolation
 from gangscale.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,7 @@ log = logging.getLogger(__name__)
 def failed(st: RequestState, stage: str, exc: BaseException, now: float, settings: Settings) -> None:
     """``stage`` of ``st`` raised ``exc`` at ``now``: tell it on the request and set when it is tried again."""
     st.failures += 1
-    delay = min(settings.retry_initial * 2 ** (st.failures - 1), settings.retry_max)
+    delay = isolation(settings).delay(st.failures)
     st.failing_until = now + delay
     what = f"{type(exc).__name__}: {exc}"[:300]
     message = (f"gangscale could not {stage} this request ({what}); this is a bug in gangscale or input it does not "

@@ -22,12 +22,12 @@ from gangscale.kube.client import make_http
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import PROVREQS as PROVREQ
 from gangscale.kube.transport import KubeHTTP
+from gangscale.retry import PREFLIGHT, retrying
 
 log = logging.getLogger(__name__)
 
-#: How long a single discovery request may take, and the longest pause between two.
+#: How long a single discovery request may take (the pauses between two are ``PREFLIGHT`` of :mod:`gangscale.retry`).
 _REQUEST_TIMEOUT = 10.0
-_MAX_DELAY = 5.0
 
 NO_CRD = ("the API server does not serve {group}/{version} {plural}: install the ProvisioningRequest CRD first "
           "(kubectl apply --server-side -f deploy/crds/, see the README's Install section)")
@@ -61,29 +61,36 @@ def _unreadable(path: str) -> str:
 
 async def wait_for_api(http: KubeHTTP, timeout: float) -> None:
     """Return once the API server serves ProvisioningRequests; :class:`StartupError` otherwise (see module)."""
-    path = f"/apis/{PROVREQ.group}/{PROVREQ.version}"
     host = http.api_client.configuration.host
     deadline = time.monotonic() + timeout
-    delay = 0.5
-    while True:
+
+    async def probe() -> None:
         try:
-            found = await http.request("GET", path, timeout=_REQUEST_TIMEOUT)
+            found = await http.request("GET", f"/apis/{PROVREQ.group}/{PROVREQ.version}", timeout=_REQUEST_TIMEOUT)
         except ApiError as exc:
-            if exc.status == 404:
-                raise StartupError(NO_CRD.format(group=PROVREQ.group, version=PROVREQ.version,
-                                                 plural=PROVREQ.plural)) from None
-            if exc.status in (401, 403):
-                raise StartupError(f"the API server at {host} refused gangscale's credentials: {exc}") from None
-            error = exc
-        else:
-            if not any(r.get("name") == PROVREQ.plural for r in found.get("resources") or ()):
-                raise StartupError(NO_CRD.format(group=PROVREQ.group, version=PROVREQ.version,
-                                                 plural=PROVREQ.plural))
-            return
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise StartupError(f"cannot reach the Kubernetes API server at {host} (gave up after {timeout:g}s): "
-                               f"{error.message or error}")
-        log.warning("the API server at %s is not answering (%s); retrying", host, error.message or error)
-        await asyncio.sleep(min(delay, left))
-        delay = min(delay * 2, _MAX_DELAY)
+            if (fatal := _startup_error(exc, host, timeout, deadline)) is not None:
+                raise fatal from None
+            raise
+        if not any(r.get("name") == PROVREQ.plural for r in found.get("resources") or ()):
+            raise StartupError(NO_CRD.format(group=PROVREQ.group, version=PROVREQ.version, plural=PROVREQ.plural))
+
+    def waiting(exc: Exception, delay: float) -> None:
+        message = exc.message if isinstance(exc, ApiError) else ""
+        log.warning("the API server at %s is not answering (%s); retrying", host, message or exc)
+
+    async def sleep(delay: float) -> None:
+        await asyncio.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+
+    await retrying(probe, PREFLIGHT, sleep, retryable=lambda exc: isinstance(exc, ApiError), on_retry=waiting)
+
+
+def _startup_error(exc: ApiError, host: str | None, timeout: float, deadline: float) -> StartupError | None:
+    """What ends the wait for this answer (None: try again): a refusal retrying cannot fix, or the time is up."""
+    if exc.status == 404:
+        return StartupError(NO_CRD.format(group=PROVREQ.group, version=PROVREQ.version, plural=PROVREQ.plural))
+    if exc.status in (401, 403):
+        return StartupError(f"the API server at {host} refused gangscale's credentials: {exc}")
+    if time.monotonic() >= deadline:
+        return StartupError(f"cannot reach the Kubernetes API server at {host} (gave up after {timeout:g}s): "
+                            f"{exc.message or exc}")
+    return None

@@ -25,6 +25,7 @@ from gangscale.model.decision import Decision, Outcome
 from gangscale.model.nodepool import NodePool
 from gangscale.planner import summarize
 from gangscale.providers.base import ErrorClass, Obtained, ProviderError
+from gangscale.retry import replanning
 from gangscale.timefmt import parse_rfc3339, rfc3339
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -102,8 +103,8 @@ def duration(seconds: float) -> str:
 
 def retry_delay(retries: int, settings: Settings) -> float:
     """How long a gang waits after its ``retries``-th miss before it is decided again: doubling from
-    ``--retry-initial`` up to ``--retry-max``."""
-    return float(min(settings.retry_initial * 2 ** (max(1, retries) - 1), settings.retry_max))
+    ``--retry-initial`` up to ``--retry-max`` (:func:`gangscale.retry.replanning`; 0 misses count as 1)."""
+    return replanning(settings).delay(retries)
 
 
 def carried_over(st: RequestState, now: float, settings: Settings) -> tuple[int, float] | None:
@@ -335,7 +336,7 @@ def decided(st: RequestState, decision: Decision, ctx: Context, acts: Actions) -
             st.ready_seen = set(st.booking)  # the planner places pods on Ready nodes only
             provisioned(st, C.R_FOUND, summarize(decision), now, settings)
         case Outcome.SCALE_UP if settings.dry_run:
-            st.retry_at = now + settings.retry_initial
+            st.retry_at = now + retry_delay(1, settings)
         case Outcome.SCALE_UP:
             st.attempts += 1
             steps = tuple(Step(s.pool, s.units, step_token(st.request.uid, st.attempts, i, now, st.request.version))
@@ -412,7 +413,7 @@ def scale_up_failed(st: RequestState, failures: Sequence[Failure], ctx: Context)
     st.record, st.obtained = None, {}
     st.set(C.PROVISIONED, False, C.R_NOT_FOUND, message, rfc3339(now))
     st.event(WARNING, "ScaleUpFailed", message)
-    st.retry_at = now + ctx.settings.retry_initial if permanent else None
+    st.retry_at = now + retry_delay(1, ctx.settings) if permanent else None
     return backed_off
 
 

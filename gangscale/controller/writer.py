@@ -25,11 +25,12 @@ from gangscale.controller.settings import Settings
 from gangscale.controller.tasks import Spawn
 from gangscale.controller.workqueue import WorkQueue
 from gangscale.observe.metrics import Metrics
+from gangscale.retry import STATUS_WRITE
 
 log = logging.getLogger(__name__)
 
-#: Delay before a status write that failed is tried again (doubling, up to a minute).
-WRITE_RETRY = 1.0
+#: The first delay of a failed status write (``STATUS_WRITE`` of :mod:`gangscale.retry`); the loop reads it too.
+WRITE_RETRY = STATUS_WRITE.initial
 
 
 class StatusWriter:
@@ -102,7 +103,7 @@ class StatusWriter:
             # would, on a conflict of the same object, leave it unserved and release a scale-up in progress. The
             # server's Retry-After, when it sends one, is a floor.
             failures = self._failures[st.key] = self._failures.get(st.key, 0) + 1
-            delay = max(min(60.0, WRITE_RETRY * 2 ** (failures - 1)), result.error.retry_after or 0.0)
+            delay = STATUS_WRITE.delay(failures, result.error.retry_after)
             log.warning("could not write the status of %s (retrying in %.0fs): %s", st.key, delay, result.error)
             self._retry_at[st.key] = self.clock.now() + delay
             self.queue.requeue(st.key, self._retry_at[st.key])

@@ -15,9 +15,10 @@ The loop, and why each step is there:
    loops on it), a 410 always leads to a fresh list. A 410 again before anything was delivered from that
    list (a server that cannot serve the versions it lists) backs off before the next list, so a 410 loop
    is bounded in rate as well as in kind.
-5. 429 and 5xx answers and connection errors back off with jitter, honouring ``Retry-After``: on a
-   list they lead to another list, on a watch to a new watch from the same resourceVersion. A watch
-   that ends at once without any event also backs off, so a misbehaving server cannot make us spin.
+5. 429 and 5xx answers and connection errors back off with jitter, honouring ``Retry-After`` (the
+   ``API_WATCH`` preset of :mod:`gangscale.retry`): on a list they lead to another list, on a watch to a
+   new watch from the same resourceVersion. A watch that ends at once without any event also backs off,
+   so a misbehaving server cannot make us spin.
    Other errors (403, 400...) back off and re-list.
 6. Health (:meth:`Reflector.trouble`): the time since the reflector last made progress (a list done, a watch
    accepted, an event or bookmark) while it keeps failing, and whether its task has ended. The controller stops
@@ -27,7 +28,6 @@ The loop, and why each step is there:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
 import time
@@ -35,9 +35,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gangscale.kube.backoff import Backoff
 from gangscale.kube.errors import ApiError, WatchExpired
 from gangscale.kube.transport import KubeHTTP, Resource
+from gangscale.retry import API_WATCH, Backoff
 
 JSON = dict[str, Any]
 Key = tuple[str, str]
@@ -74,9 +74,9 @@ class Reflector:
         self.field_selector = field_selector
         self.watch_timeout = watch_timeout
         self.page_size = page_size
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or Backoff(API_WATCH)
         #: Paces re-lists after 410s that come one after another with nothing delivered in between.
-        self._expiry_backoff = dataclasses.replace(self.backoff, _next=0.0)
+        self._expiry_backoff = self.backoff.fresh()
         self._delivered = False
         self.rng = rng or random.Random()
         self._sleep = sleep
@@ -309,6 +309,15 @@ def strip_managed_fields(obj: JSON) -> JSON:
     if isinstance(meta, dict) and "managedFields" in meta:
         del meta["managedFields"]
     return obj
+
+
+def slim_node(obj: JSON) -> JSON:
+    """A Node as a controller keeps it: without managedFields and the list of images on it (neither is read; on a
+    real node the image list is often most of the object)."""
+    status = obj.get("status")
+    if isinstance(status, dict):
+        status.pop("images", None)
+    return strip_managed_fields(obj)
 
 
 def _rv(obj: JSON) -> str:

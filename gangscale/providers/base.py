@@ -69,6 +69,11 @@ class ProviderError(Exception):
         self.available = available
 
 
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a provider failure worth the same call again (a ``retryable`` for :mod:`gangscale.retry`)."""
+    return isinstance(exc, ProviderError) and exc.error_class is ErrorClass.TRANSIENT
+
+
 #: Whether this process may change the cloud now (it holds the leader lease). A provider asks before every
 #: mutating cloud request, not only once per obtain: an obtain that makes several resources stops at the first one
 #: it may no longer make, and the next leader finishes the recorded intent.

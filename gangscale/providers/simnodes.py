@@ -27,7 +27,7 @@ All nodes' heartbeats run in one task, on one 10 s grid from the provider's star
 the report frequency's random delay after a change are left out), on the injected clock: tests move it. A write
 that fails is tried again at the next tick (a kubelet retries a Lease update up to 5 times at once,
 ``maxUpdateRetries``, and its status post as often, ``nodeStatusUpdateRetry``; only the Ready post, which a node's
-coming up waits for, is retried sooner here, from 0.5 s doubling to 10 s). A node's
+coming up waits for, is retried sooner here: ``SIMULATED_KUBELET`` of :mod:`gangscale.retry`). A node's
 heartbeats stop while its name is in its pool's ``PoolFaults.heartbeat_stopped`` (a kubelet that died, or a node
 cut off from the API server) and resume when it is taken out.
 """
@@ -50,15 +50,11 @@ from gangscale.model.quantity import format_quantity
 from gangscale.model.resources import DEFAULT_MAX_PODS, PODS
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, Fence, not_leader, unfenced
 from gangscale.providers.simfaults import http_status
+from gangscale.retry import SIMULATED_KUBELET
 from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
-#: The simulated kubelet's status retries: from half a second, doubling, to the 10 s of a kubelet's status loop
-#: (``nodeStatusUpdateFrequency``).
-STATUS_RETRY = 0.5
-STATUS_RETRY_MAX = 10.0
-
 NODES_PATH = "/api/v1/nodes"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 #: When the node is due Ready (clock seconds), so that a restarted provider keeps the original schedule.
@@ -539,6 +535,6 @@ class ReadyTimers:
                     log.error("simulated: node %s of unit %s cannot be marked Ready: %s", name, unit_id, exc)
                     return
                 failures += 1
-                delay = max(min(STATUS_RETRY_MAX, STATUS_RETRY * 2 ** (failures - 1)), exc.retry_after or 0.0)
+                delay = SIMULATED_KUBELET.delay(failures, exc.retry_after)
                 log.warning("simulated: could not mark node %s Ready (retrying in %.1fs): %s", name, delay, exc)
                 await self.clock.sleep_until(self.clock.now() + delay)

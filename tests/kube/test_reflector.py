@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from gangscale.kube.backoff import Backoff
 from gangscale.kube.reflector import Reflector, ReflectorEvent, strip_managed_fields
 from gangscale.kube.transport import KubeHTTP
+from gangscale.retry import Backoff, Policy
 from gangscale.sim.apiserver import EmbeddedAPIServer, Fault
 from tests import builders as b
 from tests.conftest import wait_for
@@ -37,7 +37,7 @@ def sleep() -> RecordingSleep:
 @pytest_asyncio.fixture
 async def reflector(http: KubeHTTP, sleep: RecordingSleep) -> AsyncIterator[Reflector]:
     r = Reflector(http, b.NODES, watch_timeout=30, sleep=sleep,
-                  backoff=Backoff(initial=0.01, maximum=0.2, rng=random.Random(0)), rng=random.Random(0))
+                  backoff=Backoff(Policy(0.01, 0.2, jitter=0.2), random.Random(0)), rng=random.Random(0))
     task = asyncio.create_task(r.run(), name="reflector")
     try:
         yield r
@@ -117,7 +117,7 @@ async def test_410_relists_and_reports_deletions_made_during_the_gap(
         http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep) -> None:
     for i in range(3):
         await http.request("POST", b.NODES.path(), body=b.node(f"n{i}"))
-    r = Reflector(http, b.NODES, watch_timeout=30, sleep=sleep, backoff=Backoff(initial=0.01))
+    r = Reflector(http, b.NODES, watch_timeout=30, sleep=sleep, backoff=Backoff(Policy(0.01, 30.0, jitter=0.2)))
     events = r.subscribe()
     # Every watch is cut at once, so the reflector sits between watches while the cluster changes.
     cut = apiserver.inject(Fault(verb="watch", resource="nodes", drop_after_events=0, times=None))
@@ -156,7 +156,7 @@ async def test_list_errors_back_off_and_honour_retry_after(
         http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep, status: int,
         retry_after: int | None) -> None:
     apiserver.inject(Fault(verb="list", resource="nodes", status=status, retry_after=retry_after, times=3))
-    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(initial=0.01, maximum=0.05, rng=random.Random(1)))
+    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(Policy(0.01, 0.05, jitter=0.2), random.Random(1)))
     task = asyncio.create_task(r.run())
     try:
         await asyncio.wait_for(r.synced.wait(), 5)
@@ -176,7 +176,7 @@ async def test_watch_errors_resume_from_the_same_resource_version(
         http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep, status: int,
         retry_after: int | None) -> None:
     apiserver.inject(Fault(verb="watch", resource="nodes", status=status, retry_after=retry_after, times=2))
-    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(initial=0.01, maximum=0.05))
+    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(Policy(0.01, 0.05, jitter=0.2)))
     task = asyncio.create_task(r.run())
     try:
         await asyncio.wait_for(r.synced.wait(), 5)
@@ -195,7 +195,7 @@ async def test_watch_errors_resume_from_the_same_resource_version(
 async def test_watch_that_ends_immediately_backs_off_instead_of_spinning(
         http: KubeHTTP, apiserver: EmbeddedAPIServer, sleep: RecordingSleep) -> None:
     apiserver.inject(Fault(verb="watch", resource="nodes", drop_after_events=0, times=None))
-    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(initial=0.01, maximum=0.1))
+    r = Reflector(http, b.NODES, sleep=sleep, backoff=Backoff(Policy(0.01, 0.1, jitter=0.2)))
     task = asyncio.create_task(r.run())
     try:
         await wait_for(lambda: r.watches >= 5)
@@ -269,7 +269,7 @@ async def test_relist_catches_a_stalled_watch_up_at_once(http: KubeHTTP, apiserv
 
 async def test_trouble_names_a_watch_failing_without_progress_and_a_reflector_that_ended(
         apiserver: EmbeddedAPIServer, http: KubeHTTP, sleep: RecordingSleep) -> None:
-    r = Reflector(http, b.NODES, watch_timeout=30, sleep=sleep, backoff=Backoff(initial=0.01))
+    r = Reflector(http, b.NODES, watch_timeout=30, sleep=sleep, backoff=Backoff(Policy(0.01, 30.0, jitter=0.2)))
     task = asyncio.create_task(r.run())
     try:
         await asyncio.wait_for(r.synced.wait(), 5)

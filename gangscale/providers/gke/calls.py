@@ -9,11 +9,10 @@ from gangscale.clock import Clock
 from gangscale.providers.base import ErrorClass, ProviderError
 from gangscale.providers.gke.client import GcpError
 from gangscale.providers.gke.errors import BUSY_MARKER, from_http
+from gangscale.retry import GKE_BUSY, retrying
 
 T = TypeVar("T")
 JSON = dict[str, Any]
-#: Waits between tries of a call refused because the cluster is busy or too many operations run (seconds).
-BUSY_WAIT, BUSY_WAIT_MAX = 2.0, 30.0
 
 
 def busy(exc: GcpError) -> bool:
@@ -22,20 +21,21 @@ def busy(exc: GcpError) -> bool:
 
 
 async def while_busy(call: Callable[[], Awaitable[T]], clock: Clock, deadline: float, pool: str) -> T:
-    """``call()``, tried again while the cluster is busy (honouring ``Retry-After``), until ``deadline``.
-    Other errors propagate as :class:`GcpError`; a cluster still busy at the deadline is TRANSIENT."""
-    wait = BUSY_WAIT
-    while True:
+    """``call()``, tried again while the cluster is busy (``GKE_BUSY`` of :mod:`gangscale.retry`, honouring
+    ``Retry-After``), until ``deadline``. Other errors propagate as :class:`GcpError`; a cluster still busy at the
+    deadline is TRANSIENT."""
+    async def attempt() -> T:
         try:
             return await call()
         except GcpError as exc:
-            if not busy(exc):
-                raise
-            now = clock.now()
-            if now >= deadline:
+            if busy(exc) and clock.now() >= deadline:
                 raise from_http(exc, pool, rolled_back=False) from exc
-            await clock.sleep_until(min(deadline, now + max(wait, exc.retry_after or 0.0)))
-            wait = min(BUSY_WAIT_MAX, wait * 2)
+            raise
+
+    async def sleep(delay: float) -> None:
+        await clock.sleep_until(min(deadline, clock.now() + delay))
+
+    return await retrying(attempt, GKE_BUSY, sleep, retryable=lambda exc: isinstance(exc, GcpError) and busy(exc))
 
 
 def with_rollback(error: ProviderError, rolled_back: bool) -> ProviderError:
