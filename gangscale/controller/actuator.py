@@ -19,10 +19,10 @@ from typing import TypeVar
 from gangscale.clock import Clock
 from gangscale.controller.record import Step
 from gangscale.controller.verify import step_problem
-from gangscale.kube.backoff import Backoff
 from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics
-from gangscale.providers.base import ErrorClass, NodePoolProvider, Obtained, ProviderError
+from gangscale.providers.base import ErrorClass, NodePoolProvider, Obtained, ProviderError, transient
+from gangscale.retry import PROVIDER_CALL, retrying
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,24 +73,19 @@ class Actuator:
 
     async def _retried(self, operation: str, call: Callable[[], Awaitable[T]], what: str, *, fenced: bool = True,
                        attempts: int | None = None) -> T:
-        """``call()``, tried again with the same arguments while it fails transiently (the one retry policy of
-        provider calls: a growing, jittered wait that honours the cloud's Retry-After), up to ``attempts`` tries
-        (``self.attempts``; 0: until it answers). A mutating call is fenced before every try."""
-        backoff = Backoff(initial=1.0, maximum=30.0)
-        limit = self.attempts if attempts is None else attempts
-        attempt = 0
-        while True:
-            attempt += 1
+        """``call()``, tried again with the same arguments while it fails transiently (the ``PROVIDER_CALL`` policy of
+        :mod:`gangscale.retry`: a growing, jittered wait that honours the cloud's Retry-After), up to ``attempts``
+        tries (``self.attempts``; 0: until it answers). A mutating call is fenced before every try."""
+        def attempt() -> Awaitable[T]:
             if fenced:
                 self._fenced()
-            try:
-                return await self._timed(operation, call())
-            except ProviderError as exc:
-                if exc.error_class is not ErrorClass.TRANSIENT or attempt == limit:
-                    raise
-                delay = backoff.next(exc.retry_after)
-                log.info("%s failed transiently (%s); retrying in %.1fs", what, exc, delay)
-                await self.clock.sleep(delay)
+            return self._timed(operation, call())
+
+        def waiting(exc: Exception, delay: float) -> None:
+            log.info("%s failed transiently (%s); retrying in %.1fs", what, exc, delay)
+
+        return await retrying(attempt, PROVIDER_CALL, self.clock.sleep, retryable=transient,
+                              attempts=self.attempts if attempts is None else attempts, on_retry=waiting)
 
     async def obtain_step(self, step: Step, deadline: float) -> Obtained:
         async def call() -> Obtained:

@@ -2,18 +2,24 @@
 
 A demand source (the cluster-autoscaler's *processors* idea) turns objects of one kind into requests and takes
 their outcomes back: ProvisioningRequests (:mod:`prsource`) and Ray gangs of autoscaling RayClusters
-(:mod:`raysource`), later others. The loop knows nothing of either: it reconciles :class:`~.request.RequestState`
-objects, plans their gangs, and asks the request's source to build a gang, to tell whether the booked pods have
-arrived, and to write the outcome where it belongs (a ProvisioningRequest's status, a RayCluster annotation).
+(:mod:`raysource`), later others. The loop knows nothing of either: it gets its sources from the registry
+(:func:`~.registry.demand_sources`, which builds each one and makes the one cross-wiring between them), keeps them
+by :attr:`DemandSource.name`, reconciles :class:`~.request.RequestState` objects, plans their gangs, and asks the
+request's source (``Request.source``) to build a gang, to tell whether the booked pods have arrived, and to write
+the outcome where it belongs (a ProvisioningRequest's status, a RayCluster annotation). At startup it asks every
+source for the requests recorded on its objects (:meth:`DemandSource.recover`) and for every provider token
+recorded there (:meth:`DemandSource.recorded_tokens`), to tell orphaned units from owned ones.
 
 A source talks to the loop only through :class:`Host`. Everything a source does to requests happens in
 :meth:`DemandSource.sync`, which the loop calls at the start of each pass: objects that changed since the
 last pass become new, changed or forgotten requests. Its reflector handlers only note what changed and wake the
-loop.
+loop. Work of its own that outlives a pass (the Ray source's GCS pollers) runs under the loop's guarded tasks
+(:meth:`Host.spawn`, :meth:`Host.run_background`), so that the loop's stop ends it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -69,6 +75,12 @@ class Host(Protocol):
         pass, with the result (or the exception): a task never changes state itself."""
         ...
 
+    def run_background(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run long-lived work (a poller): it runs until its owner cancels the returned task or the loop stops (the
+        loop cancels it and waits for it); a failure ends it and is logged. Nothing is handed back to the loop:
+        the work tells the source what it found, and the source wakes the loop (:meth:`wake`)."""
+        ...
+
     def emit(self, obj: JSON, event_type: str, reason: str, message: str) -> None:
         """An Event on an object, outside any request's life."""
         ...
@@ -85,6 +97,12 @@ class DemandSource(Protocol):
     def recover(self) -> None:
         """After every reflector listed: a request for every scale-up intent recorded on this source's objects,
         for the loop to reconcile with the provider before anything is planned."""
+        ...
+
+    def recorded_tokens(self) -> set[str]:
+        """After every reflector listed: the provider tokens recorded on this source's objects, including objects
+        that made no request (not served, unreadable). Recovery releases units coming up under a token no request
+        and no source knows as orphans; these tokens are owned, not orphaned."""
         ...
 
     def sync(self, now: float) -> None:

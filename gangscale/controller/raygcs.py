@@ -1,6 +1,7 @@
 """The head's GCS as a second, earlier Ray demand source (optional: ``pip install gangscale[ray]``).
 
-For every RayCluster that is a demand source, a guarded background task reads
+For every RayCluster that is a demand source, a poller (one of the loop's guarded background tasks,
+:meth:`~.demand.Host.run_background`: its failure is logged, it is cancelled when the loop stops) reads
 ``AutoscalerStateService.GetClusterResourceState`` from the head every ``ray_gcs_interval`` (the address from
 the cluster's status or the ``gangscale.io/gcs-address`` annotation; ``authorization: Bearer`` with the token
 from the cluster's auth Secret when ``authOptions.mode`` is ``token``). The latest answer gives, per worker
@@ -21,6 +22,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from gangscale.aio import cancel_and_wait
 from gangscale.controller.demand import Host
@@ -58,7 +60,9 @@ class RayGcs:
         self.reader: GcsReader | None = None
         self.latest: dict[str, ResourceState] = {}
         self.errors: dict[str, str] = {}
-        self._polls: dict[str, tuple[Endpoint, asyncio.Task[None]]] = {}
+        self._polls: dict[str, tuple[Endpoint, asyncio.Task[Any]]] = {}
+        #: Pollers cancelled (their cluster's endpoint changed or it went) that have not ended yet.
+        self._stopping: set[asyncio.Task[Any]] = set()
         self._unplaceable: set[tuple[str, str]] = set()
 
     def track(self, clusters: Iterable[RayCluster]) -> None:
@@ -76,16 +80,22 @@ class RayGcs:
         want = {c.uid: (c, Endpoint(c.gcs_address(), c.auth_secret())) for c in clusters}
         for uid in list(self._polls):
             if uid not in want or want[uid][1] != self._polls[uid][0]:
-                self._polls.pop(uid)[1].cancel()
+                self._stop(self._polls.pop(uid)[1])
                 self.latest.pop(uid, None)
         for uid, (cluster, endpoint) in want.items():
             if uid not in self._polls:
-                # A poller of its own (not a loop task): it runs as long as the cluster is a source.
-                task = asyncio.create_task(self.poll(cluster, endpoint), name=f"gcs {cluster.key}")
-                task.add_done_callback(_report_failure)
+                # It runs as long as the cluster is a source with this endpoint (or until the loop stops).
+                task = self.host.run_background(self.poll(cluster, endpoint), f"gcs {cluster.key}")
                 self._polls[uid] = (endpoint, task)
         reachable = {(c.namespace, c.name): c.uid in self.latest for c, _ in want.values()}
         self.host.metrics.set_ray_gcs(reachable)
+
+    def _stop(self, task: asyncio.Task[Any]) -> None:
+        """Cancel a poller; it is awaited by :meth:`aclose` if it has not ended by then."""
+        task.cancel()
+        if not task.done():
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
 
     async def poll(self, cluster: RayCluster, endpoint: Endpoint) -> None:
         settings, clock = self.host.settings, self.host.clock
@@ -178,13 +188,11 @@ class RayGcs:
                        f"placement group {pg_id} cannot be placed on any worker group: {why}")
 
     async def aclose(self) -> None:
-        tasks = [task for _, task in self._polls.values()]
+        """Stop every poller, those cancelled earlier included, and wait until each has ended before the reader
+        they share is closed."""
+        tasks = [task for _, task in self._polls.values()] + list(self._stopping)
         self._polls.clear()
+        self._stopping.clear()
         await cancel_and_wait(tasks)
         if self.reader is not None:
             await self.reader.aclose()
-
-
-def _report_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("GCS poller %s stopped", task.get_name(), exc_info=task.exception())

@@ -11,8 +11,9 @@ Kueue, see :mod:`gangscale.sources.raycluster`):
    provisioned or booked for the cluster (less those that landed on their nodes).
 3. Missing replicas *form* a gang: the Ray autoscaler raises ``replicas`` in steps (at most 10 nodes per
    5-s iteration), so the demand is held until it has not changed for ``ray_batch_idle`` or has been forming
-   for ``ray_batch_max``; what the GCS reports is complete at once and is not held. A formed gang is a request
-   (:mod:`raygang`), planned, scaled up and booked like a ProvisioningRequest (all-or-nothing).
+   for ``ray_batch_max`` (the window of the loop's batching, :class:`~.batching.Window`); what the GCS reports
+   is complete at once and is not held. A formed gang is a request (:mod:`raygang`), planned, scaled up and
+   booked like a ProvisioningRequest (all-or-nothing).
 4. A gang not provisioned yet follows the demand: it grows or shrinks with it, and is withdrawn (an Event says
    so, nothing is obtained) when Ray no longer asks for it (``replicas`` lowered, ``workersToDelete``). A gang
    already obtaining units is not cancelled: the units come up, and the normal scale-down removes what stays
@@ -35,6 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gangscale.controller import conditions as C
+from gangscale.controller.batching import Window
 from gangscale.controller.demand import Host
 from gangscale.controller.raygang import (
     ANNOTATION_PREFIX,
@@ -76,11 +78,11 @@ SERVED = "every replica the cluster wants is on a node"
 
 @dataclass
 class Forming:
-    """Demand seen but not yet a gang: the autoscaler may still be raising it step by step."""
+    """Demand seen but not yet a gang: the autoscaler may still be raising it step by step. Its window opened when
+    the demand appeared and starts its idle time over at each change of it (``ray_batch_idle``/``ray_batch_max``)."""
 
     replicas: dict[str, int]
-    first: float
-    changed: float
+    window: Window
 
 
 class RaySource:
@@ -148,6 +150,17 @@ class RaySource:
                 log.info("%s: found the recorded scale-up of gang %s (%s)", cluster.key, gang_id,
                          describe(replicas, cluster))
         self._dirty.add("*")
+
+    def recorded_tokens(self) -> set[str]:
+        """Tokens recorded in the scale-up annotations of any RayCluster, readable or not, a demand source or not
+        (their units are not orphans). :meth:`recover` makes a request of every recorded gang of a RayCluster it
+        can read, so their tokens are in the requests' records too; the intents on a RayCluster it cannot read
+        (a bad worker group) become no request, and only this keeps their units from being released as orphans
+        (they stay as ordinary nodes; scale-down removes them once idle)."""
+        if self.reflector is None:
+            return set()
+        return {token for obj in self.reflector.cache.values() for _, _, record in recorded_gangs(obj)
+                for token in record.tokens}
 
     async def aclose(self) -> None:
         await self.gcs.aclose()
@@ -232,9 +245,8 @@ class RaySource:
             if gang is not None and self._phases.get(st.key) != now_phase:
                 self._phases[st.key] = now_phase
                 dirty.add(gang.cluster_uid)
-        s = self.host.settings
         for uid, seen in self.forming.items():
-            if now >= min(seen.changed + s.ray_batch_idle, seen.first + s.ray_batch_max):
+            if seen.window.due(now):
                 dirty.add(uid)
         return dirty
 
@@ -334,15 +346,19 @@ class RaySource:
             self.forming.pop(cluster.uid, None)
             return
         seen = self.forming.get(cluster.uid)
-        if seen is None or seen.replicas != dict(missing):
-            seen = self.forming[cluster.uid] = Forming(dict(missing), seen.first if seen else now, now)
-        s = self.host.settings
-        if not (complete or now >= seen.changed + s.ray_batch_idle or now >= seen.first + s.ray_batch_max):
+        if seen is None:
+            s = self.host.settings
+            seen = self.forming[cluster.uid] = Forming({}, Window(s.ray_batch_idle, s.ray_batch_max))
+        if seen.replicas != dict(missing):
+            seen.replicas = dict(missing)
+            seen.window.note(now)
+        if not (complete or seen.window.due(now)):
             return
         del self.forming[cluster.uid]
+        first = seen.window.first if seen.window.first is not None else now  # noted above: never None here
         gang_id = self._new_gang_id(cluster, now)
         gang = RayGang(cluster.uid, gang_id, dict(missing), describe(missing, cluster),
-                       replica_gang(cluster, missing, gang_key(cluster, gang_id), seen.first), seen.first,
+                       replica_gang(cluster, missing, gang_key(cluster, gang_id), first), first,
                        "gcs" if complete else "replicas")
         st = RequestState(request_of(cluster, gang))
         st.written = repr(annotation_body(st, gang))
@@ -363,9 +379,7 @@ class RaySource:
         raise RuntimeError(f"{cluster.key}: every gang id of second {int(now):x} is taken")
 
     def next_wake(self) -> float | None:
-        s = self.host.settings
-        return min((min(f.changed + s.ray_batch_idle, f.first + s.ray_batch_max) for f in self.forming.values()),
-                   default=None)
+        return min((due for f in self.forming.values() if (due := f.window.deadline()) is not None), default=None)
 
     def forgotten(self, key: str) -> None:
         gang = self.gangs.pop(key, None)

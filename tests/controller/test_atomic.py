@@ -414,7 +414,7 @@ async def test_a_request_deleted_while_its_obtained_write_is_on_its_way_has_its_
         [call] = cl.obtains()
         assert held.acted == 1 and call.nodes_created == 2
         await delete_pr(cl, "dropped")
-        await wait_for(lambda: f"{NS}/dropped" not in cl.ctl.states)  # the watch told the controller first
+        await wait_for(lambda: f"{NS}/dropped" not in cl.ctl.core.states)  # the watch told the controller first
         assert cl.server.release_held(serve=True) == 1  # then the write is answered 404: the object is gone
         await count_nodes(cl, 0)
         [release] = releases(cl)
@@ -590,7 +590,7 @@ async def test_a_request_deleted_during_its_scale_up_releases_every_unit(tmp_pat
             await cl.provreq("bye", ("slice", 4))
             intent = await wait_record(cl, "bye", OBTAINING)
             await delete_pr(cl, "bye")
-            await wait_for(lambda: cl.ctl.states == {})
+            await wait_for(lambda: cl.ctl.core.states == {})
             await cl.advance(5)
             await wait_for(lambda: len(cl.obtains()) == 2)
             # A release that already started waits out its latency; later ones have none.
@@ -801,21 +801,21 @@ async def test_empty_units_are_removed_after_the_unneeded_time(tmp_path: Path, t
         for unit in busy:
             await bind_pod(cl, f"web-{unit}", f"{unit}-1" if pool.startswith("tpu") else f"{unit}-0")
         # The controller has seen the pods and counts every other unit idle from the same moment.
-        await wait_for(lambda: set(cl.ctl.idle.since) == set(units) - busy)
-        since = max(cl.ctl.idle.since.values())
+        await wait_for(lambda: set(cl.ctl.core.scaledowns.idle.since) == set(units) - busy)
+        since = max(cl.ctl.core.scaledowns.idle.since.values())
         assert since == cl.clock.now()
 
         cl.cloud.faults(pool).call_latency = 5  # a removal takes 5 s of the cloud's time
         await cl.advance_stepwise(UNNEEDED_TIME - 1)
-        assert len(await cl.nodes(pool)) == len(nodes) and not cl.ctl.releasing
+        assert len(await cl.nodes(pool)) == len(nodes) and not cl.ctl.core.ledger.removing()
         await cl.advance_stepwise(1)
-        await wait_for(lambda: cl.ctl.releasing)
+        await wait_for(cl.ctl.core.ledger.removing)
         # Something else happens while the removal runs: that pass must not remove more than the first did.
         passes = cl.ctl.passes
         await cl.template("unrelated", {"cpu": "1"})
         await wait_for(lambda: cl.ctl.passes > passes)
         await cl.advance_stepwise(5)
-        await wait_for(lambda: not cl.ctl.releasing)
+        await wait_for(lambda: not cl.ctl.core.ledger.removing())
         await cl.advance_stepwise(60)  # another pass or two: nothing more goes
         assert len(releases(cl)) == len(units) - kept_units
 
@@ -843,7 +843,7 @@ async def test_a_unit_being_scaled_down_is_not_planned_onto(tmp_path: Path) -> N
         [old] = sorted({unit_of(n) for n in await cl.nodes("tpu-a")})
         cl.cloud.faults("tpu-a").call_latency = 5  # the removal takes 5 s of the cloud's time
         await cl.advance_stepwise(UNNEEDED_TIME)
-        await wait_for(lambda: cl.ctl.releasing == {old})
+        await wait_for(lambda: cl.ctl.core.ledger.removing() == {old})
 
         await cl.provreq("next", ("slice", 2))
         assert await first_decision(cl, "next") == "scale-up"  # a new slice: the old one is leaving, not free capacity
@@ -945,13 +945,13 @@ async def test_the_nodes_of_a_scale_up_released_by_its_tokens_alone_are_no_free_
         await cl.provreq("old", ("slice", 2))
         await cl.advance(PROVISION_SECONDS)
         await cl.wait_condition("old", "Provisioned", "True", "CapacityIsProvisioned")
-        old = cl.ctl.states[f"{NS}/old"]
+        old = cl.ctl.core.states[f"{NS}/old"]
         assert old.record is not None and len(await cl.nodes()) == 2
         await delete_pr(cl, "old")  # booked, so its nodes stay: ordinary free nodes from now on
-        await wait_for(lambda: f"{NS}/old" not in cl.ctl.states)
+        await wait_for(lambda: f"{NS}/old" not in cl.ctl.core.states)
 
         cl.cloud.faults("tpu-a").call_latency = 5  # the release takes a while
-        cl.ctl._start_release(Release(old, old.record.steps, (), "its ProvisioningRequest was deleted"))
+        cl.ctl.core.start_release(Release(old, old.record.steps, (), "its ProvisioningRequest was deleted"))
         await slice_template(cl, "new-slice")
         await cl.provreq("new", ("new-slice", 2))
         await cl.advance(5)

@@ -1,14 +1,60 @@
 """When pending requests are planned (``gangscale.controller.batching``, group commit), on plain objects: held
-while scale-ups are calling the provider, released once the calls return or the batch window closes."""
+while scale-ups are calling the provider, released once the calls return or the batch window closes. The window
+itself (``Window``, shared with the Ray source's forming demand) first, as a table."""
 
 from __future__ import annotations
 
 import pytest
 
-from gangscale.controller.batching import Batching
+from gangscale.controller.batching import Batching, Window
 
 T0 = 1_000.0
 IDLE, MAX = 1.0, 10.0
+
+
+@pytest.mark.parametrize(("idle", "longest", "arrivals", "deadline"), [
+    (IDLE, MAX, [], None),
+    (IDLE, MAX, [0.0], IDLE),
+    (IDLE, MAX, [0.0, 0.5], 0.5 + IDLE),
+    (IDLE, MAX, [0.0, 0.5, 0.5], 0.5 + IDLE),
+    (IDLE, MAX, [0.9 * i for i in range(12)], MAX),
+    (IDLE, MAX, [0.0, 9.5], MAX),
+    (0.0, 0.0, [0.0], 0.0),
+    (0.0, MAX, [0.0, 3.0], 3.0),
+    (IDLE, 0.0, [0.0, 0.5], 0.0),
+    (-1.0, MAX, [0.0], -1.0),
+], ids=["empty", "one-arrival", "idle-restarts", "same-time-again", "longest-caps-a-steady-stream",
+        "longest-caps-a-late-arrival", "zero", "zero-idle", "zero-longest", "negative-idle"])
+def test_window_deadline_is_the_sooner_of_idle_after_the_last_and_longest_after_the_first(
+        idle: float, longest: float, arrivals: list[float], deadline: float | None) -> None:
+    w = Window(idle, longest)
+    for at in arrivals:
+        w.note(T0 + at)
+    expected = None if deadline is None else T0 + deadline
+    assert w.deadline() == expected
+    assert w.empty is (not arrivals)
+    assert (w.first, w.last) == ((T0 + arrivals[0], T0 + arrivals[-1]) if arrivals else (None, None))
+    if expected is not None:
+        assert (w.due(expected - 0.01), w.due(expected), w.due(expected + 5)) == (False, True, True)
+    else:
+        assert w.due(T0 + 1e9) is False  # an empty window never closes
+
+
+@pytest.mark.parametrize(("arrivals", "after_reset", "deadline"), [
+    ([0.0, 0.5], [], None),
+    ([0.0, 0.5], [100.0], 100.0 + IDLE),
+    ([0.0, 9.0], [9.5], 9.5 + IDLE),
+], ids=["empty-again", "a-new-window-starts-at-its-own-first-arrival", "the-old-first-arrival-is-forgotten"])
+def test_window_reset_forgets_what_was_noted(arrivals: list[float], after_reset: list[float],
+                                              deadline: float | None) -> None:
+    w = Window(IDLE, MAX)
+    for at in arrivals:
+        w.note(T0 + at)
+    w.reset()
+    for at in after_reset:
+        w.note(T0 + at)
+    assert w.deadline() == (None if deadline is None else T0 + deadline)
+    assert w.empty is (not after_reset)
 
 
 def test_nothing_in_flight_never_holds() -> None:

@@ -17,13 +17,13 @@ import asyncio
 import contextlib
 import itertools
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gangscale.controller.loop import Controller
+import gangscale.controller.passes
 from gangscale.kube.reflector import Reflector
 from gangscale.model.decision import Decision
 from gangscale.model.resources import ResourceList
@@ -152,14 +152,14 @@ async def pr_versions(cl: Cluster) -> AsyncIterator[list[JSON]]:
 def spy_passes(monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[str, str]]]:
     """Record the decisions of every planning pass that decided anything: [(request, outcome), ...] per pass."""
     passes: list[list[tuple[str, str]]] = []
-    original = Controller._record_plans
+    original = gangscale.controller.passes.record_plans
 
-    def record(self: Controller, decisions: tuple[Decision, ...], by_key: dict[str, Any], now: float) -> None:
+    def record(plans: dict[str, Any], decisions: Sequence[Decision], *args: Any, **kwargs: Any) -> None:
         if decisions:
             passes.append([(d.gang.removeprefix(f"{NS}/"), d.outcome.value) for d in decisions])
-        original(self, decisions, by_key, now)
+        original(plans, decisions, *args, **kwargs)
 
-    monkeypatch.setattr(Controller, "_record_plans", record)
+    monkeypatch.setattr(gangscale.controller.passes, "record_plans", record)
     return passes
 
 
@@ -312,7 +312,7 @@ async def test_s06_no_batch_size_every_pending_request_is_decided_in_one_pass(
             await cl.wait_condition(name, "Provisioned", "True", "CapacityIsFound")
         await cl.wait_condition("b", "Provisioned", "False", "CapacityIsNotFound")
         assert passes[0] == [("c", "Fits"), ("a", "Fits"), ("b", "Infeasible")]
-        booked = sum((amount for st in cl.ctl.states.values() for amount in (st.booking or {}).values()),
+        booked = sum((amount for st in cl.ctl.core.states.values() for amount in (st.booking or {}).values()),
                      ResourceList.parse({}))
         n1 = ResourceList.parse(CPU8)
         assert booked.get("cpu") == n1.get("cpu") and not booked - n1  # all of n1's cpu, and nothing beyond n1
@@ -718,7 +718,7 @@ async def test_s20_deleted_request_nodes_are_removed_after_ten_idle_minutes(tmp_
     async with running_cluster(tmp_path) as cl:
         node = await provisioned_gpu_node(cl)
         await delete(cl, PROVREQS, "pr")
-        await wait_for(lambda: not cl.ctl.states)
+        await wait_for(lambda: not cl.ctl.core.states)
         await jump(cl, 10 * MINUTE - 1)
         assert await pool_nodes(cl, "gpu") == [node]
         await cl.advance(1)
@@ -736,7 +736,7 @@ async def test_s20_deleted_request_nodes_with_pods_stay(tmp_path: Path) -> None:
         node = await provisioned_gpu_node(cl)
         await cl.consumer("worker", "pr", node, {"nvidia.com/gpu": "8"})
         await delete(cl, PROVREQS, "pr")
-        await wait_for(lambda: not cl.ctl.states)
+        await wait_for(lambda: not cl.ctl.core.states)
         await jump(cl, 15 * MINUTE)
         assert await pool_nodes(cl, "gpu") == [node]
         await delete(cl, PODS, "worker")

@@ -162,13 +162,13 @@ async def test_a_booked_node_unreachable_for_the_grace_revokes_the_booking_witho
         assert await cl.condition("pr", "CapacityRevoked") == ("True", "BookedNodeNotReady")
         assert revoked_at and revoked_at[0] == pytest.approx(unknown + 5 * MINUTE, abs=PERIOD)
         assert await cl.condition("pr", "BookingExpired") is None
-        assert cl.ctl.backoffs.active(cl.clock.now()) == {}
+        assert cl.ctl.core.backoffs.active(cl.clock.now()) == {}
 
         await run(cl, monitor, 11 * MINUTE)
         assert [c.operation for c in cl.cloud.calls] == ["obtain", "release"]
         (release,) = [c for c in cl.cloud.calls if c.operation == "release"]
         assert release.at == pytest.approx(revoked_at[0] + 10 * MINUTE, abs=PERIOD)
-        assert cl.ctl.backoffs.active(cl.clock.now()) == {}
+        assert cl.ctl.core.backoffs.active(cl.clock.now()) == {}
 
 
 async def test_a_node_that_goes_unreachable_while_coming_up_times_the_scale_up_out_and_backs_the_pool_off(
@@ -186,12 +186,12 @@ async def test_a_node_that_goes_unreachable_while_coming_up_times_the_scale_up_o
         cl.cloud.faults("tpu-a").heartbeat_stopped.add(victim)
         await run(cl, monitor, 14 * MINUTE)
         assert (await cl.condition("pr", "Provisioned")) == ("False", "ScaleUpInProgress")
-        assert cl.ctl.backoffs.active(cl.clock.now()) == {}
+        assert cl.ctl.core.backoffs.active(cl.clock.now()) == {}
 
         await run(cl, monitor, 2 * MINUTE)
         (release,) = [c for c in cl.cloud.calls if c.operation == "release"]
         assert release.pool == "tpu-a" and release.at == pytest.approx(start + 15 * MINUTE, abs=1)
-        backoff = cl.ctl.backoffs.get("tpu-a", cl.clock.now())
+        backoff = cl.ctl.core.backoffs.get("tpu-a", cl.clock.now())
         assert backoff is not None and backoff.reason == "nodes that did not become Ready in time"
         assert backoff.until == pytest.approx(release.at + 3 * MINUTE, abs=1)
         # Re-planned on the other pool (the backed-off one is avoided).

@@ -21,9 +21,9 @@ import pytest
 
 from gangscale.aio import cancel_and_wait
 from gangscale.controller.record import OBTAINED
-from gangscale.kube.backoff import Backoff
 from gangscale.kube.reflector import Reflector
 from gangscale.kube.resources import NODES, PROVREQS
+from gangscale.retry import API_WATCH, Backoff
 from gangscale.sim.apiserver import Fault
 from gangscale.sim.apiserver.faults import LoggedRequest
 from gangscale.sim.apiserver.resources import StorageKey
@@ -140,7 +140,8 @@ async def a_gap_with_a_deletion_ends_in_a_410(cl: Cluster, lost: str) -> None:
     assert int(expired.query["resourceVersion"]) == stale  # answered 410 Expired, on the stream
     assert cl.ctl.nodes.lists == 2 and cl.ctl.nodes.watches == 3
     assert int(cl.ctl.nodes.resource_version) > stale  # the open watch is from the new list
-    for reflector in (cl.ctl.provreqs.prs, cl.ctl.pods):  # resumed after the drop, without a list
+    prs = cl.ctl.core.sources["provisioningrequest"].prs  # type: ignore[attr-defined]
+    for reflector in (prs, cl.ctl.pods):  # resumed after the drop, without a list
         await wait_for(functools.partial(watched_twice, reflector))
         assert reflector.lists == 1
 
@@ -158,7 +159,7 @@ async def repeated_410s_are_spaced_out(cl: Cluster, left: set[str]) -> None:
         await asyncio.sleep(0)
 
     reflector = Reflector(cl.http, NODES, sleep=record_sleep, rng=random.Random(0),
-                          backoff=Backoff(initial=0.5, maximum=30.0, rng=random.Random(0)))
+                          backoff=Backoff(API_WATCH, random.Random(0)))
     gone = cl.server.inject(Fault(verb="watch", resource="nodes", user_agent="gangscale-tests", gone=True, times=3))
     task = asyncio.create_task(reflector.run())
     try:

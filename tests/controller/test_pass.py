@@ -1,0 +1,334 @@
+"""Whole passes on plain objects (:func:`gangscale.controller.passes.run_pass`), as the cluster-autoscaler tests
+``RunOnce``: given these requests, nodes and task results at ``now``, these conditions, ledger entries and effects.
+
+A :class:`~gangscale.controller.core.Core` is built with no API server and no cloud: requests come from
+:class:`TableSource`, an implementation of the ``DemandSource`` protocol over a dict; nodes are Node objects handed to
+the pass as changes; the effects a pass asks for are looked at by name and their coroutines closed unrun; a task's
+result is built here and handed to the next pass with the effect's own callback.
+
+Transitions covered here that were tested only over HTTP before (``tests/controller/test_atomic.py``,
+``test_conformance.py``, ``test_scaledown.py``):
+
+- ``fits-free-room``: a new request that fits existing nodes is Provisioned in its first pass, with one status write
+  and no provider call.
+- ``scale-up-whole``: a request that needs new nodes gets one scale-up effect; its claims are in progress in the
+  ledger; the result (every unit obtained) and the nodes turning Ready make it Provisioned; the ledger lets go.
+- ``nodes-before-the-answer``: nodes of a scale-up whose provider calls still run are no free room for another
+  gang (hack/chaos.py seeds 2013, 3147).
+- ``scale-up-failed``: a stockout rolls the scale-up back: the pool backs off, the request waits out its retry, the
+  claim departs (its lingering nodes are no room).
+- ``batched``: while a scale-up calls the provider, a new request is held for the next batch and planned at the
+  batch's deadline, not before.
+- ``deleted-while-obtaining``: a request deleted while its units are obtained gets them released once the obtain
+  returns; it is not planned again.
+- ``intent-conflict``: a 409 on the intent retries after ``WRITE_RETRY`` without calling the provider.
+- ``lost-lease``: a scale-up stopped by a lost lease keeps its record for the next leader.
+- ``one-bad-request``: a request whose gang cannot be built (the source raises) fails alone; the others are planned
+  in the same pass.
+- ``scale-down``: an empty unit is removed after ``--scale-down-unneeded-time``, once; the ledger counts it as
+  going until the removal returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gangscale.controller import conditions as C
+from gangscale.controller.actuator import Actuator, NotLeader
+from gangscale.controller.core import Core, Effect, Hooks
+from gangscale.controller.effects import Effects, ScaledUp, Written
+from gangscale.controller.passes import Changes, run_pass
+from gangscale.controller.reconcile import Consumed
+from gangscale.controller.request import Request, RequestState
+from gangscale.controller.settings import Settings
+from gangscale.controller.view import ClusterView, PodInfo
+from gangscale.controller.writer import WRITE_RETRY
+from gangscale.kube.errors import ApiError
+from gangscale.model.gang import Gang
+from gangscale.model.policy import Policy
+from gangscale.observe.metrics import Metrics
+from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtained, ProviderError, Unit
+from tests.planner.builders import CPU_NODE, gang, pod_set, pool
+
+NOW = 1_795_000_000.0
+POOL = pool("cpu", CPU_NODE, max_units=10)
+SOURCE = "table"
+
+
+class Clock:
+    """The time of the pass under way (what the core reads outside a pass, e.g. when a source forgets a request)."""
+
+    at = NOW
+
+    def now(self) -> float:
+        return self.at
+
+    async def sleep(self, seconds: float) -> None:
+        raise AssertionError("nothing sleeps in a pass")
+
+
+class TableSource:
+    """A demand source over a dict: ``requests`` are added in the next pass; ``gangs`` are their gangs."""
+
+    name = SOURCE
+
+    def __init__(self) -> None:
+        self.host: Core | None = None
+        self.pending: list[Request] = []
+        self.gangs: dict[str, Gang | Exception] = {}
+
+    async def start(self) -> list[Any]:
+        return []
+
+    def recover(self) -> None: ...
+
+    def recorded_tokens(self) -> set[str]:
+        return set()
+
+    def sync(self, now: float) -> None:
+        assert self.host is not None
+        for request in self.pending:
+            self.host.add(RequestState(request))
+        self.pending = []
+
+    def gang(self, st: RequestState, *, may_scale: bool | None = None) -> Gang | str | None:
+        got = self.gangs[st.key]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def consumed(self, st: RequestState) -> Consumed | None:
+        return None
+
+    def consumers(self, st: RequestState) -> Iterable[PodInfo]:
+        return ()
+
+    def status(self, st: RequestState) -> dict[str, Any]:
+        return {"conditions": st.owned_conditions()}
+
+    async def write(self, st: RequestState, body: dict[str, Any]) -> str:
+        return ""
+
+    async def delete(self, st: RequestState) -> None: ...
+
+    def next_wake(self) -> float | None:
+        return None
+
+    def note_events(self, st: RequestState, events: Sequence[tuple[str, str, str]]) -> None: ...
+
+    def forgotten(self, key: str) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+TABLES: list[Table] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_unrun_effects() -> Iterator[None]:
+    """Effects of a test's last pass are never run: their coroutines are closed (no "never awaited" warning)."""
+    yield
+    for table in TABLES:
+        for effect in table.effects:
+            effect.coro.close()
+    TABLES.clear()
+
+
+@dataclass
+class Table:
+    """A core, its source and the effects of the last pass."""
+
+    settings: Settings = field(default_factory=lambda: Settings(batch_idle=0.0, batch_max=0.0))
+    source: TableSource = field(default_factory=TableSource)
+    effects: list[Effect] = field(default_factory=list)
+    results: list[tuple[Any, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        TABLES.append(self)
+        clock, metrics = Clock(), Metrics()
+        actuator = Actuator(None, clock, metrics, {POOL.name: POOL})  # type: ignore[arg-type]  # never called here
+        effects = Effects(actuator, None, clock, dry_run=False)  # type: ignore[arg-type]
+        self.clock = clock
+        self.core = Core([POOL], actuator, effects, ClusterView(), claim=lambda token: token, settings=self.settings,
+                         policy=Policy(), clock=clock, metrics=metrics, hooks=Hooks(lambda: None, lambda c, n: None))
+        self.source.host = self.core
+        self.core.add_sources([self.source])
+
+    def request(self, key: str, pods: int = 2, cpu: str = "4") -> None:
+        self.source.pending.append(Request(key, f"uid-{key}", SOURCE, "c", {"kind": "Table"}, created=NOW,
+                                           pods=pods))
+        self.source.gangs[key] = gang(key, pod_set("w", pods, {"cpu": cpu}))
+
+    def run(self, at: float = 0.0, nodes: dict[str, dict[str, Any] | None] | None = None) -> list[str]:
+        """A pass at NOW + ``at``: the results waiting, the node changes given; returns the effects' names. Status
+        writes of the last pass that the test did not answer landed."""
+        self.clock.at = NOW + at
+        answered = {id(then) for then, _ in self.results}
+        for effect in self.effects:
+            effect.coro.close()
+            key = effect.name.removeprefix("write ")
+            if effect.name.startswith("write ") and id(effect.then) not in answered and key in self.core.states:
+                body = repr(self.source.status(self.core.states[key]))
+                self.results.append((effect.then, Written(key, body)))
+        results, self.results = self.results, []
+        self.effects = run_pass(self.core, Changes(nodes=nodes or {}), results, NOW + at)
+        return sorted(e.name for e in self.effects)
+
+    def answer(self, name: str, result: Any) -> None:
+        """The effect ``name`` of the last pass ended with ``result`` (handed to the next pass)."""
+        effect = next(e for e in self.effects if e.name == name)
+        self.results.append((effect.then, result))
+
+    def st(self, key: str) -> RequestState:
+        return self.core.states[key]
+
+    def provisioned(self, key: str) -> tuple[str, str] | None:
+        cond = self.st(key).conditions.get(C.PROVISIONED)
+        return None if cond is None else (cond.status, cond.reason)
+
+
+def node(name: str, *, token: str | None = None, ready: bool = True) -> dict[str, Any]:
+    labels = {"gangscale.io/node-pool": POOL.name}
+    if token is not None:
+        labels |= {UNIT_LABEL: name, TOKEN_LABEL: token}
+    return {"metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": dict(CPU_NODE),
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def obtained(t: Table, key: str) -> ScaledUp:
+    """Every unit of ``key``'s recorded scale-up, one node per unit named after its token."""
+    record = t.st(key).record
+    assert record is not None
+    got = {s.token: Obtained(s.token, s.pool, tuple(Unit(f"{s.token}-{i}", (f"{s.token}-{i}",))
+                                                       for i in range(s.units))) for s in record.steps}
+    return ScaledUp(key, record, intent_body="{}", obtained=got)
+
+
+def new_nodes(t: Table, key: str, *, ready: bool = True) -> dict[str, dict[str, Any] | None]:
+    return {name: node(name, token=token, ready=ready) for token, o in t.st(key).obtained.items()
+            for name in o.node_names}
+
+
+def test_fits_free_room() -> None:
+    t = Table()
+    t.request("ns/a")
+    assert t.run(nodes={"n1": node("n1")}) == ["write ns/a"]
+    assert t.provisioned("ns/a") == ("True", C.R_FOUND)
+
+
+def test_scale_up_whole() -> None:
+    t = Table()
+    t.request("ns/a", pods=2, cpu="12")  # one pod per 16-CPU node: two new nodes
+    assert t.run() == ["scale-up ns/a"]
+    tokens = t.st("ns/a").record.tokens  # type: ignore[union-attr]
+    assert t.provisioned("ns/a") == ("False", C.R_IN_PROGRESS)
+    assert t.core.ledger.in_progress_claims() == set(tokens)
+    t.answer("scale-up ns/a", obtained(t, "ns/a"))
+    t.run(1)
+    assert t.core.ledger.in_progress_claims() == set(tokens)  # obtained, not Provisioned: still in progress
+    t.run(2, nodes=new_nodes(t, "ns/a"))
+    assert t.provisioned("ns/a") == ("True", C.R_PROVISIONED)
+    assert t.core.ledger.in_progress_claims() == set()
+    assert t.core.ledger.summary() == dict.fromkeys(t.core.ledger.summary(), 0)
+
+
+def test_nodes_before_the_answer_are_no_free_room() -> None:
+    t = Table()
+    t.request("ns/a", pods=2, cpu="12")
+    t.run()
+    record = t.st("ns/a").record
+    assert record is not None
+    early = {f"{s.token}-0": node(f"{s.token}-0", token=s.token) for s in record.steps}
+    t.request("ns/b", pods=1, cpu="12")
+    assert t.run(1, nodes=early) == ["scale-up ns/b"]  # not booked on ns/a's nodes: Accepted with the intent
+
+
+def test_scale_up_failed() -> None:
+    t = Table()
+    t.request("ns/a", pods=1, cpu="12")
+    t.run()
+    record = t.st("ns/a").record
+    assert record is not None
+    stockout = ProviderError(ErrorClass.STOCKOUT, "ZONE_RESOURCE_POOL_EXHAUSTED", "no cpu", pool=POOL.name)
+    t.answer("scale-up ns/a", ScaledUp("ns/a", record, intent_body="{}", failures=(stockout,)))
+    assert t.run(1) == ["write ns/a"]
+    st = t.st("ns/a")
+    assert st.record is None and st.retry_at is not None and st.retry_at > NOW + 1
+    assert POOL.name in t.core.backoffs.active(NOW + 1)
+    lingering = f"{record.steps[0].token}-0"
+    t.run(2, nodes={lingering: node(lingering, token=record.steps[0].token)})
+    assert t.core.ledger.leaving_nodes(t.core.claim_nodes) == {lingering}
+
+
+def test_batched_while_a_scale_up_calls_the_provider() -> None:
+    t = Table(Settings(batch_idle=2.0, batch_max=10.0))
+    t.request("ns/a", pods=1, cpu="12")
+    assert t.run() == ["scale-up ns/a"]
+    t.request("ns/b", pods=1, cpu="12")
+    assert "scale-up ns/b" not in t.run(1)  # held: ns/a's scale-up is calling the provider
+    assert "ns/b" in t.core.batching.held
+    assert t.run(3) == ["scale-up ns/b"]  # the batch's idle deadline (1 + 2)
+
+
+def test_deleted_while_obtaining_is_released_once_obtained() -> None:
+    t = Table()
+    t.request("ns/a", pods=1, cpu="12")
+    t.run()
+    st, result = t.st("ns/a"), obtained(t, "ns/a")
+    t.core.forget("ns/a", "deleted")
+    t.answer("scale-up ns/a", result)
+    assert t.run(1) == ["release ns/a"]
+    assert t.core.ledger.releasing("ns/a")
+    assert "ns/a" not in t.core.states and st.deleted
+
+
+def test_intent_conflict_retries_soon_without_a_provider_call() -> None:
+    t = Table()
+    t.request("ns/a", pods=1, cpu="12")
+    t.run()
+    record = t.st("ns/a").record
+    assert record is not None
+    conflict = ApiError(409, "Conflict", "the object has been modified")
+    t.answer("scale-up ns/a", ScaledUp("ns/a", record, intent_error=conflict))
+    t.run(1)
+    st = t.st("ns/a")
+    assert st.record is None and st.retry_at == NOW + 1 + WRITE_RETRY
+    assert t.core.ledger.in_progress_claims() == set()
+
+
+def test_lost_lease_keeps_the_record_for_the_next_leader() -> None:
+    t = Table()
+    t.request("ns/a", pods=1, cpu="12")
+    t.run()
+    t.answer("scale-up ns/a", NotLeader("lost"))
+    t.run(1)
+    assert t.st("ns/a").record is not None and t.st("ns/a").task is None
+
+
+def test_one_bad_request_fails_alone() -> None:
+    t = Table()
+    t.request("ns/a")
+    t.request("ns/b")
+    t.source.gangs["ns/a"] = RuntimeError("a bug in one request's source")
+    assert t.run(nodes={"n1": node("n1")}) == ["write ns/a", "write ns/b"]
+    assert t.provisioned("ns/b") == ("True", C.R_FOUND)
+    assert t.st("ns/a").failures == 1 and t.provisioned("ns/a") == ("False", "ReconcileError")
+
+
+@pytest.mark.parametrize(("idle_for", "removed"), [(0.0, False), (599.0, False), (601.0, True)],
+                         ids=["just-empty", "not-yet", "unneeded-long-enough"])
+def test_scale_down_of_an_empty_unit(idle_for: float, removed: bool) -> None:
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, scale_down_unneeded_time=600.0))
+    t.run(nodes={"u1": node("u1", token="old")})
+    names = t.run(idle_for)
+    assert (names == ["scale-down u1"]) is removed
+    assert t.core.ledger.is_going("u1") is removed
+    if removed:
+        t.answer("scale-down u1", None)
+        assert t.run(idle_for + 1) == []  # once
+        assert not t.core.ledger.is_going("u1")
