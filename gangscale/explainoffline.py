@@ -1,10 +1,11 @@
 """``gangscale explain --offline``: one request's document built from the cluster itself, with the controller's code.
 
 The ProvisioningRequest, every PodTemplate, ProvisioningRequest, Node and Pod are listed once through gangscale's
-client; the nodes and pods go through the controller's :class:`~gangscale.controller.view.ClusterView`, the requests
-through :func:`~gangscale.controller.prsource.new_state` (their phase and recorded scale-up, as a restarted
-controller takes them up), booked requests are re-booked as after a restart (:func:`~gangscale.controller.planning
-.rebook`), and the snapshot is :func:`~gangscale.controller.planning.planning_snapshot`. A pending request is then
+client; the nodes and pods go through the controller's :class:`~gangscale.controller.logic.view.ClusterView`,
+the requests through :func:`~gangscale.controller.demand.prsource.new_state` (their phase and recorded scale-up, as
+a restarted controller takes them up), booked requests are re-booked as after a restart
+(:func:`~gangscale.controller.logic.planinput.rebook`), and the snapshot is
+:func:`~gangscale.controller.logic.planinput.planning_snapshot`. A pending request is then
 planned once with :func:`gangscale.planner.plan` at ``now``; the document is
 :func:`~gangscale.controller.report.request_document`, as the controller serves it.
 
@@ -18,14 +19,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gangscale.config import PoolFile
-from gangscale.controller.backoffs import PoolBackoffs
-from gangscale.controller.planning import planning_snapshot, rebook, units_of
-from gangscale.controller.prsource import NAME, new_state, served
+from gangscale.controller.demand.prsource import NAME, new_state, served
+from gangscale.controller.logic.backoffs import PoolBackoffs
+from gangscale.controller.logic.holdings import held
+from gangscale.controller.logic.planinput import planning_snapshot, rebook, units_of
+from gangscale.controller.logic.request import Phase, RequestState, phase
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.view import ClusterView, PodInfo, pod_key
 from gangscale.controller.report import request_document
-from gangscale.controller.request import Phase, RequestState, phase
-from gangscale.controller.settings import Settings
-from gangscale.controller.snapshot import held
-from gangscale.controller.view import ClusterView, PodInfo, pod_key
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import NODES, PODS, PODTEMPLATES, PROVREQS
 from gangscale.kube.transport import KubeHTTP, Resource
@@ -45,7 +46,7 @@ class NotExplainable(Exception):
 
 
 class Templates:
-    """The gang of a request from the listed PodTemplates (``planning.GangSource``, as the PR source is)."""
+    """The gang of a request from the listed PodTemplates (``planinput.GangSource``, as the PR source is)."""
 
     def __init__(self, templates: Mapping[tuple[str, str], JSON], view: ClusterView) -> None:
         self.templates, self.view = templates, view

@@ -41,9 +41,9 @@ preset                 what retries                       initial  cap    jitter
 
 "flag" is ``--retry-initial`` (1m) and ``--retry-max`` (10m). Every delay doubles (factor 2).
 
-Not retries, so not here: the leader-election poll (a fixed period with up to 20 % jitter, :mod:`gangscale.kube.lease`),
-pool backoffs (per-pool state with ceilings and a reset after quiet hours, :mod:`gangscale.controller.backoffs`), and
-the fake clouds' and Kueue's own behaviour under :mod:`gangscale.sim`.
+Not retries, so not here: the leader-election poll (a fixed period with up to 20 % jitter,
+:mod:`gangscale.kube.lease`), pool backoffs (per-pool state with ceilings and a reset after quiet hours,
+:mod:`gangscale.controller.logic.backoffs`), and the fake clouds' and Kueue's own behaviour under :mod:`gangscale.sim`.
 
 Two shapes use a policy. Most of gangscale's retries are *scheduled across passes*: the failure count lives in the
 request's state and the retry time in the work queue (``retry_at``, ``failing_until``), so they call

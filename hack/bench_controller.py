@@ -48,8 +48,8 @@ if str(ROOT) not in sys.path:
 
 from gangscale.clock import SystemClock  # noqa: E402
 from gangscale.config import parse_pool_yaml  # noqa: E402
+from gangscale.controller.logic.settings import Settings  # noqa: E402
 from gangscale.controller.loop import Controller  # noqa: E402
-from gangscale.controller.settings import Settings  # noqa: E402
 from gangscale.kube.client import make_http  # noqa: E402
 from gangscale.kube.reflector import Reflector, ReflectorEvent  # noqa: E402
 from gangscale.kube.resources import PROVREQS  # noqa: E402

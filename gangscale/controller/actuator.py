@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from gangscale.clock import Clock
-from gangscale.controller.record import Step
-from gangscale.controller.verify import step_problem
+from gangscale.controller.logic.record import Step
+from gangscale.controller.logic.verify import step_problem
 from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import ErrorClass, NodePoolProvider, Obtained, ProviderError, transient

@@ -17,9 +17,9 @@ from gangscale import __version__
 from gangscale.aio import cancel_and_wait
 from gangscale.clock import SystemClock
 from gangscale.config import PoolFile
+from gangscale.controller.logic.settings import Settings
 from gangscale.controller.loop import Controller
 from gangscale.controller.preflight import StartupError, connect, wait_for_api
-from gangscale.controller.settings import Settings
 from gangscale.flags import RunFlags
 from gangscale.kube.lease import LeaseConfig, LeaseElector
 from gangscale.observe.metrics import Metrics

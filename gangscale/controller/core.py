@@ -20,23 +20,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangscale.clock import Clock
-from gangscale.controller import conditions as C
 from gangscale.controller.actuator import Actuator
-from gangscale.controller.backoffs import PoolBackoffs
-from gangscale.controller.batching import Batching
-from gangscale.controller.demand import DemandSource
+from gangscale.controller.demand.protocol import DemandSource
 from gangscale.controller.effects import Effects, Released
-from gangscale.controller.indices import RequestIndex
-from gangscale.controller.ledger import Ledger
-from gangscale.controller.reconcile import Consumed, Release, carried_over
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.backoffs import PoolBackoffs
+from gangscale.controller.logic.batching import Batching
+from gangscale.controller.logic.holdings import held
+from gangscale.controller.logic.indices import RequestIndex
+from gangscale.controller.logic.ledger import Ledger
+from gangscale.controller.logic.reconcile import Consumed, Release, carried_over
+from gangscale.controller.logic.request import Phase, Request, RequestState, phase
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.view import ClusterView, Readiness
+from gangscale.controller.logic.workqueue import WorkQueue
+from gangscale.controller.removals import Removals
 from gangscale.controller.report import debug_document, explain_document, export_gauges
-from gangscale.controller.request import Phase, Request, RequestState, phase
-from gangscale.controller.scaledowns import ScaleDowns
-from gangscale.controller.settings import Settings
-from gangscale.controller.snapshot import held
 from gangscale.controller.tasks import Then
-from gangscale.controller.view import ClusterView, Readiness
-from gangscale.controller.workqueue import WorkQueue
 from gangscale.controller.writer import StatusWriter
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
@@ -99,7 +99,7 @@ class Core:
         #: The time of the pass under way, or of the last one.
         self.pass_now = 0.0
         self.plans: dict[str, dict[str, Any]] = {}
-        self.scaledowns = ScaleDowns(view, self.pools, self.index, actuator, settings=s, metrics=metrics,
+        self.removals = Removals(view, self.pools, self.index, actuator, settings=s, metrics=metrics,
                                      ledger=self.ledger, spawn=self.spawn)
         self.writer = StatusWriter(self.states, self.sources, effects, self.queue, self.index, settings=s,
                                    clock=clock, metrics=metrics, spawn=self.spawn, forget=self.forget)
@@ -110,7 +110,7 @@ class Core:
     def next_time(self, now: float) -> float:
         """The earliest time after ``now`` (the last pass's time) at which something is due. A time due by then
         was handled by that pass: waking for it again would spin."""
-        times = [self.queue.next_time(), self.scaledowns.due(),
+        times = [self.queue.next_time(), self.removals.due(),
                  self.batching.deadline() if self.batching.held else None,
                  *(source.next_wake() for source in self.sources.values()), self.resync_at or now + RESYNC]
         return min((t for t in times if t is not None and t > now), default=now + RESYNC)
@@ -229,7 +229,7 @@ class Core:
 
     def touch_nodes(self, nodes: Iterable[str]) -> None:
         """Scale-down looks at the units of these nodes again (their protection changed)."""
-        self.scaledowns.idle.mark(unit for node in nodes if (unit := self.view.unit_of(node)) is not None)
+        self.removals.idle.mark(unit for node in nodes if (unit := self.view.unit_of(node)) is not None)
 
     def touch_tokens(self, tokens: Iterable[str]) -> None:
         for token in tokens:
@@ -258,7 +258,7 @@ class Core:
         backed_off = self.backoffs.active(now)
         if pr is None:
             return debug_document(dry_run=self.settings.dry_run, passes=passes, last_pass=last_pass,
-                                  plans=self.plans, scale_downs=self.scaledowns.history, backed_off=backed_off,
+                                  plans=self.plans, scale_downs=self.removals.history, backed_off=backed_off,
                                   states=self.states)
         st = self.states.get(pr)
         if st is None:

@@ -15,9 +15,9 @@ from typing import Any
 
 from gangscale.clock import Clock
 from gangscale.controller.actuator import Actuator, NotLeader, ScaleUpFailed
-from gangscale.controller.demand import DemandSource
-from gangscale.controller.record import Record, Step
-from gangscale.controller.request import RequestState
+from gangscale.controller.demand.protocol import DemandSource
+from gangscale.controller.logic.record import Record, Step
+from gangscale.controller.logic.request import RequestState
 from gangscale.kube.errors import ApiError
 from gangscale.kube.writes import EventRecorder
 from gangscale.providers.base import Obtained, ProviderError

@@ -29,14 +29,14 @@ from typing import Any, overload
 from gangscale.clock import Clock, SystemClock, wait_event
 from gangscale.controller.actuator import Actuator, always
 from gangscale.controller.core import RESYNC, Core, Effect, Hooks
+from gangscale.controller.demand.registry import demand_sources
 from gangscale.controller.effects import Effects
 from gangscale.controller.health import Leadership, liveness, readiness, stale_watches
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.view import ClusterView
 from gangscale.controller.passes import Changes, apply_changes, run_pass
-from gangscale.controller.registry import demand_sources
-from gangscale.controller.settings import Settings
 from gangscale.controller.startup import recover, start_provider
 from gangscale.controller.tasks import Tasks
-from gangscale.controller.view import ClusterView
 from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, slim_node, strip_managed_fields
 from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP

@@ -16,11 +16,12 @@ from functools import partial
 from gangscale.controller.actuator import NotLeader
 from gangscale.controller.core import Core
 from gangscale.controller.effects import ScaledUp
-from gangscale.controller.isolation import failed
-from gangscale.controller.reconcile import Actions, Context, Failure, Release, obtained, scale_up_failed
-from gangscale.controller.record import Record
-from gangscale.controller.request import RequestState
-from gangscale.controller.snapshot import unit_count
+from gangscale.controller.logic.holdings import unit_count
+from gangscale.controller.logic.isolation import failed
+from gangscale.controller.logic.reconcile import Actions, Context, Release
+from gangscale.controller.logic.record import Record
+from gangscale.controller.logic.request import RequestState
+from gangscale.controller.logic.scaleup import Failure, obtained, scale_up_failed
 from gangscale.retry import INTENT_CONFLICT
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ A pass is level-triggered and proportional to what changed:
 5. When capacity was handed back, requests waiting out a retry are planned now.
 6. Re-book Provisioned requests whose booking a restart lost (:mod:`.rebook`), then plan every pending gang in
    one ``plan()`` call and apply the decisions (a scale-up, a booking on free room, a failure).
-7. Scale down the units unneeded for long enough (:mod:`.scaledowns`).
+7. Scale down the units unneeded for long enough (:mod:`.removals`).
 8. Start the actions (:mod:`.outcomes`) and write the status of every request that changed (:mod:`.writer`).
 
 One request's failure at any step is that request's (:mod:`.isolation`); the pass goes on with the others.
@@ -28,12 +28,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gangscale.controller.core import RESYNC, Core, Effect
-from gangscale.controller.isolation import failed, succeeded, waiting
+from gangscale.controller.logic.isolation import failed, succeeded, waiting
+from gangscale.controller.logic.planinput import (
+    Units,
+    gangs_of,
+    obtained_nodes_seen,
+    planning_snapshot,
+    rebook,
+    units_of,
+)
+from gangscale.controller.logic.reconcile import Actions, Context, reconcile
+from gangscale.controller.logic.request import Phase, RequestState, phase
+from gangscale.controller.logic.scaleup import decided
 from gangscale.controller.outcomes import act
-from gangscale.controller.planning import Units, gangs_of, obtained_nodes_seen, planning_snapshot, rebook, units_of
-from gangscale.controller.reconcile import Actions, Context, decided, reconcile
 from gangscale.controller.report import record_plans
-from gangscale.controller.request import Phase, RequestState, phase
 from gangscale.controller.tasks import Then
 from gangscale.model.decision import Decision
 from gangscale.model.gang import Gang
@@ -92,7 +100,7 @@ def run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]], 
         plan_pending(core, to_plan, ctx, acts)
         core.refresh({st.key for st in to_plan})
     try:
-        core.scaledowns.scale_down(now)
+        core.removals.scale_down(now)
     except Exception:
         log.exception("scale-down failed in this pass; the pass goes on")  # it concerns no one request
     act(core, acts)
@@ -129,11 +137,11 @@ def apply_changes(core: Core, changes: Changes) -> None:
         owner = core.index.token_owner
         core.queue.mark_all(owner[c] for c in touched.claims if c in owner)
         core.queue.mark_all(core.index.booked_on.get(name, ()))
-        core.scaledowns.idle.mark(touched.units)
+        core.removals.idle.mark(touched.units)
     for key, pod in changes.pods.items():
         touched = core.view.apply_pod(key, pod)
         core.queue.mark_all(k for k in touched.consumers if k in core.states)
-        core.scaledowns.idle.mark(touched.units)
+        core.removals.idle.mark(touched.units)
 
 
 def settle(core: Core, now: float) -> None:
@@ -142,7 +150,7 @@ def settle(core: Core, now: float) -> None:
     released = core.ledger.units_released(core.actuator.take_released())
     gone = core.ledger.settle(now, claim_has_nodes=lambda claim: bool(core.view.by_claim.get(claim)),
                               unit_present=lambda unit: unit in core.view.unit_pool)
-    core.scaledowns.idle.mark(released | gone)
+    core.removals.idle.mark(released | gone)
 
 
 def retry_waiting(core: Core, ctx: Context, done: set[str], holding: bool, acts: Actions) -> list[RequestState]:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
-from gangscale.controller import conditions as C
-from gangscale.controller.reconcile import Release, node_names
-from gangscale.controller.record import OBTAINED
-from gangscale.controller.request import Phase, RequestState, phase
-from gangscale.controller.verify import scale_up_problems
-from gangscale.controller.view import ClusterView
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.reconcile import Release, node_names
+from gangscale.controller.logic.record import OBTAINED
+from gangscale.controller.logic.request import Phase, RequestState, phase
+from gangscale.controller.logic.verify import scale_up_problems
+from gangscale.controller.logic.view import ClusterView
 from gangscale.model.nodepool import NodePool
 from gangscale.providers.base import Obtained, ProviderError
 from gangscale.timefmt import rfc3339

@@ -14,12 +14,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from gangscale.controller import conditions as C
-from gangscale.controller.backoffs import PoolBackoff
-from gangscale.controller.reconcile import deadline
-from gangscale.controller.request import Phase, RequestState, phase
-from gangscale.controller.settings import Settings
-from gangscale.controller.view import ClusterView
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.backoffs import PoolBackoff
+from gangscale.controller.logic.reconcile import deadline
+from gangscale.controller.logic.request import Phase, RequestState, phase
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.view import ClusterView
 from gangscale.model.decision import Decision, Hint, Outcome, PoolReason
 from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics

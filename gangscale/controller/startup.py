@@ -10,8 +10,8 @@ import logging
 from gangscale.clock import Clock
 from gangscale.controller.actuator import Actuator
 from gangscale.controller.core import Core
+from gangscale.controller.logic.settings import Settings
 from gangscale.controller.recovery import recover_intents, release_orphans
-from gangscale.controller.settings import Settings
 from gangscale.providers.base import NodePoolProvider, transient
 from gangscale.retry import provider_start, retrying
 

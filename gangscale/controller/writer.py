@@ -15,15 +15,15 @@ from collections.abc import Callable, Mapping
 
 from gangscale.clock import Clock
 from gangscale.controller.actuator import NotLeader
-from gangscale.controller.demand import DemandSource
+from gangscale.controller.demand.protocol import DemandSource
 from gangscale.controller.effects import Effects, Written
-from gangscale.controller.indices import RequestIndex
-from gangscale.controller.isolation import failed
-from gangscale.controller.reconcile import deadline
-from gangscale.controller.request import Phase, RequestState, phase
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.indices import RequestIndex
+from gangscale.controller.logic.isolation import failed
+from gangscale.controller.logic.reconcile import deadline
+from gangscale.controller.logic.request import Phase, RequestState, phase
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.workqueue import WorkQueue
 from gangscale.controller.tasks import Spawn
-from gangscale.controller.workqueue import WorkQueue
 from gangscale.observe.metrics import Metrics
 from gangscale.retry import STATUS_WRITE
 

@@ -24,7 +24,7 @@ What the cloud does, per pool (the pool file's ``simulated:`` section, camelCase
   obtain); before it, nothing exists that would need undoing. A restarted instance rebuilds every unit of the
   intent, made or not: a repeated obtain creates exactly the missing ones, a lookup names the incomplete ones,
   the stock counts all of them. Ids are unique across processes because tokens are (a token is never reused
-  for a different scale-up, ``gangscale.controller.record.step_token``), and a node name already held by
+  for a different scale-up, ``gangscale.controller.logic.record.step_token``), and a node name already held by
   another unit fails the obtain (``NODE_NAME_TAKEN``) instead of being shared.
 - ``obtain`` under a token that already obtained units returns those units and creates nothing; if it
   asks for a different pool or count it fails with PERMANENT ``TOKEN_MISMATCH``.

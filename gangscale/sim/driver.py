@@ -36,8 +36,8 @@ from pathlib import Path
 
 from gangscale.aio import cancel_and_wait
 from gangscale.clock import ManualClock
+from gangscale.controller.logic.settings import Settings
 from gangscale.controller.loop import Controller
-from gangscale.controller.settings import Settings
 from gangscale.kube.client import make_http
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import NodePool

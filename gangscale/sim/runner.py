@@ -18,7 +18,7 @@ from typing import Any
 
 from gangscale.aio import cancel_and_wait
 from gangscale.config import parse_pool_file
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.settings import Settings
 from gangscale.kube.errors import ApiError
 from gangscale.kube.transport import Resource
 from gangscale.providers.simulated import SimulatedProvider

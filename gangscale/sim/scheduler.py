@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangscale.controller.record import from_status
+from gangscale.controller.logic.record import from_status
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import NAMESPACES, NODES, PODS, PROVREQS
 from gangscale.kube.transport import KubeHTTP, Resource

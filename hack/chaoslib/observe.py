@@ -35,9 +35,9 @@ from gangscale.providers.gke import names as gke_names
 
 JSON = dict[str, Any]
 NS = "default"
-#: The first 36 characters of a scale-up token are the request's uid (``gangscale.controller.record.step_token``).
+#: The first 36 characters of a scale-up token are the request's uid (``gangscale.controller.logic.record.step_token``).
 UID_LENGTH = 36
-#: Where gangscale records a scale-up's steps and their tokens on the request (``gangscale.controller.record``).
+#: Where gangscale records a scale-up's steps and their tokens on the request (``gangscale.controller.logic.record``).
 SCALE_UP_DETAIL = "gangscale.io/scale-up"
 #: GKE's label naming the MIG resize request a VM came from (``flex-start`` pools).
 RESIZE_REQUEST_LABEL = "autoscaling.gke.io/provisioning-request"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.settings import Settings
 from gangscale.flags import FlagError, RunFlags, add_run_flags, parse_bool, resolve, unknown_variables
 from tests import builders as b
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from gangscale.clock import ManualClock
 from gangscale.config import parse_pool_yaml
+from gangscale.controller.logic.record import Record, from_status
+from gangscale.controller.logic.settings import Settings
 from gangscale.controller.loop import Controller
-from gangscale.controller.record import Record, from_status
-from gangscale.controller.settings import Settings
 from gangscale.kube.client import make_http
 from gangscale.kube.errors import ApiError
 from gangscale.kube.transport import KubeHTTP

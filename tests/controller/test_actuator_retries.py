@@ -14,7 +14,7 @@ import pytest
 
 from gangscale.clock import ManualClock
 from gangscale.controller.actuator import Actuator, ScaleUpFailed
-from gangscale.controller.record import Step
+from gangscale.controller.logic.record import Step
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import ErrorClass, NodeRef, Obtained, ProviderError, Unit
 from tests.planner.builders import pool

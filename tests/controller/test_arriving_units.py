@@ -10,13 +10,13 @@ from dataclasses import replace
 
 import pytest
 
-from gangscale.controller import conditions as C
-from gangscale.controller.indices import held_claims
-from gangscale.controller.ledger import Ledger
-from gangscale.controller.planning import units_of
-from gangscale.controller.record import OBTAINED, Record, Step
-from gangscale.controller.request import Phase, Request, RequestState, phase
-from gangscale.controller.view import ClusterView
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.indices import held_claims
+from gangscale.controller.logic.ledger import Ledger
+from gangscale.controller.logic.planinput import units_of
+from gangscale.controller.logic.record import OBTAINED, Record, Step
+from gangscale.controller.logic.request import Phase, Request, RequestState, phase
+from gangscale.controller.logic.view import ClusterView
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, Obtained, Unit
 from tests.planner.builders import TPU_NODE, pool
 

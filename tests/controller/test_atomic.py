@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from gangscale.controller.reconcile import Release
-from gangscale.controller.record import OBTAINED, OBTAINING, Record
+from gangscale.controller.logic.reconcile import Release
+from gangscale.controller.logic.record import OBTAINED, OBTAINING, Record
 from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL
@@ -801,8 +801,8 @@ async def test_empty_units_are_removed_after_the_unneeded_time(tmp_path: Path, t
         for unit in busy:
             await bind_pod(cl, f"web-{unit}", f"{unit}-1" if pool.startswith("tpu") else f"{unit}-0")
         # The controller has seen the pods and counts every other unit idle from the same moment.
-        await wait_for(lambda: set(cl.ctl.core.scaledowns.idle.since) == set(units) - busy)
-        since = max(cl.ctl.core.scaledowns.idle.since.values())
+        await wait_for(lambda: set(cl.ctl.core.removals.idle.since) == set(units) - busy)
+        since = max(cl.ctl.core.removals.idle.since.values())
         assert since == cl.clock.now()
 
         cl.cloud.faults(pool).call_latency = 5  # a removal takes 5 s of the cloud's time

@@ -1,5 +1,5 @@
-"""Per-pool backoff after failed scale-ups (``gangscale.controller.backoffs``), on plain objects: how long a pool is
-kept off after each failure, and how many units a sized failure (stockout, quota) leaves it open for."""
+"""Per-pool backoff after failed scale-ups (``gangscale.controller.logic.backoffs``), on plain objects: how long a
+pool is kept off after each failure, and how many units a sized failure (stockout, quota) leaves it open for."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gangscale.controller.backoffs import PoolBackoff, PoolBackoffs
+from gangscale.controller.logic.backoffs import PoolBackoff, PoolBackoffs
 
 T0 = 1_000_000.0
 INITIAL, MAXIMUM, RESET = 180.0, 1800.0, 10_800.0

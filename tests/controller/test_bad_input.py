@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gangscale.controller import reconcile as reconcile_module
-from gangscale.controller.request import RequestState
+from gangscale.controller.logic import reconcile as reconcile_module
+from gangscale.controller.logic.request import RequestState
 from gangscale.kube.resources import EVENTS
 from gangscale.sources.provreqparams import MAX_BOOKING_SECONDS
 from gangscale.timefmt import parse_rfc3339

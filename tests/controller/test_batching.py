@@ -1,4 +1,4 @@
-"""When pending requests are planned (``gangscale.controller.batching``, group commit), on plain objects: held
+"""When pending requests are planned (``gangscale.controller.logic.batching``, group commit), on plain objects: held
 while scale-ups are calling the provider, released once the calls return or the batch window closes. The window
 itself (``Window``, shared with the Ray source's forming demand) first, as a table."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gangscale.controller.batching import Batching, Window
+from gangscale.controller.logic.batching import Batching, Window
 
 T0 = 1_000.0
 IDLE, MAX = 1.0, 10.0

@@ -1,5 +1,5 @@
-"""Capacity booked for a Provisioned request (``gangscale.controller.bookings``), on plain objects: what a decision
-books per node, and what is still held once consumer pods have bound."""
+"""Capacity booked for a Provisioned request (``gangscale.controller.logic.bookings``), on plain objects: what a
+decision books per node, and what is still held once consumer pods have bound."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gangscale.controller.bookings import Booked, consumed_on, live_bookings, planned_booking
+from gangscale.controller.logic.bookings import Booked, consumed_on, live_bookings, planned_booking
 from gangscale.model.decision import Decision, NewNodes, Outcome, Placement
 from gangscale.model.resources import ResourceList
 from gangscale.model.snapshot import Booking

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from gangscale.clock import ManualClock
-from gangscale.controller import raygcs as raygcs_module
-from gangscale.controller.prsource import ProvReqSource
-from gangscale.controller.raygang import ANNOTATION_PREFIX
-from gangscale.controller.raygcs import Endpoint, RayGcs
-from gangscale.controller.raysource import RaySource
-from gangscale.controller.record import OBTAINING, Record, Step
-from gangscale.controller.registry import demand_sources
-from gangscale.controller.settings import Settings
+from gangscale.controller.demand import gcspollers as raygcs_module
+from gangscale.controller.demand.gcspollers import Endpoint, RayGcs
+from gangscale.controller.demand.prsource import ProvReqSource
+from gangscale.controller.demand.raygangrequest import ANNOTATION_PREFIX
+from gangscale.controller.demand.raysource import RaySource
+from gangscale.controller.demand.registry import demand_sources
+from gangscale.controller.logic.record import OBTAINING, Record, Step
+from gangscale.controller.logic.settings import Settings
 from gangscale.controller.tasks import Tasks
 from gangscale.kube.reflector import Reflector
 from gangscale.kube.resources import RAYCLUSTERS
@@ -32,7 +32,7 @@ JSON = dict[str, Any]
 
 
 class FakeHost:
-    """The part of the loop's :class:`~gangscale.controller.demand.Host` that building the sources and running
+    """The part of the loop's :class:`~gangscale.controller.demand.protocol.Host` that building the sources and running
     the GCS pollers use; background work runs under a real :class:`Tasks`."""
 
     def __init__(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.settings import Settings
 from gangscale.providers.simfaults import CREATED, FAILED
 from tests.controller.harness import running_cluster
 

@@ -1,4 +1,4 @@
-"""Unneeded units kept current one marked unit at a time (``gangscale.controller.scaledown.IdleUnits``), on plain
+"""Unneeded units kept current one marked unit at a time (``gangscale.controller.logic.unneeded.IdleUnits``), on plain
 objects: since when each unit is idle, when the next one is due, and which ones scale-down removes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from gangscale.controller.scaledown import Idle, IdleUnits, Removal
+from gangscale.controller.logic.unneeded import Idle, IdleUnits, Removal
 from tests.planner.builders import CPU_NODE, TPU_NODE, pool
 
 T0 = 1_000.0

@@ -1,4 +1,4 @@
-"""The ledger of capacity in flight (:mod:`gangscale.controller.ledger`), on plain data.
+"""The ledger of capacity in flight (:mod:`gangscale.controller.logic.ledger`), on plain data.
 
 Each row plays named operations on a fresh ledger and asks its questions. The rows come from the defects the fault
 campaigns found where this state used to be seven sets in three objects (the seeds are in the ledger's
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gangscale.controller.ledger import DEPARTING_GRACE, Ledger
+from gangscale.controller.logic.ledger import DEPARTING_GRACE, Ledger
 
 Op = Callable[[Ledger], object]
 

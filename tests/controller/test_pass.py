@@ -37,15 +37,15 @@ from typing import Any
 
 import pytest
 
-from gangscale.controller import conditions as C
 from gangscale.controller.actuator import Actuator, NotLeader
 from gangscale.controller.core import Core, Effect, Hooks
 from gangscale.controller.effects import Effects, ScaledUp, Written
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.reconcile import Consumed
+from gangscale.controller.logic.request import Request, RequestState
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.view import ClusterView, PodInfo
 from gangscale.controller.passes import Changes, run_pass
-from gangscale.controller.reconcile import Consumed
-from gangscale.controller.request import Request, RequestState
-from gangscale.controller.settings import Settings
-from gangscale.controller.view import ClusterView, PodInfo
 from gangscale.controller.writer import WRITE_RETRY
 from gangscale.kube.errors import ApiError
 from gangscale.model.gang import Gang

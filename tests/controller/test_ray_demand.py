@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gangscale.controller import raygcs as raygcs_module
+from gangscale.controller.demand import gcspollers as raygcs_module
 from gangscale.kube.resources import EVENTS, PODS, RAYCLUSTERS, WORKLOADS
 from tests.conftest import wait_for
 from tests.controller.harness import FAST, NS, Cluster, running_cluster

@@ -1,4 +1,4 @@
-"""Bookings rebuilt after a restart (``gangscale.controller.rebook``), on plain objects: a table of clusters and
+"""Bookings rebuilt after a restart (``gangscale.controller.logic.rebook``), on plain objects: a table of clusters and
 gangs, and the booking each must get."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gangscale.controller.rebook import rebuilt_booking
+from gangscale.controller.logic.rebook import rebuilt_booking
 from gangscale.model.gang import Gang
 from gangscale.model.policy import Policy
 from gangscale.model.resources import ResourceList

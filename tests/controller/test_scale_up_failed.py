@@ -1,4 +1,4 @@
-"""A scale-up that failed (``gangscale.controller.reconcile.scale_up_failed``), on plain objects: which pools are
+"""A scale-up that failed (``gangscale.controller.logic.reconcile.scale_up_failed``), on plain objects: which pools are
 backed off and for how many units, the condition written, and when the request is planned again."""
 
 from __future__ import annotations
@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from gangscale.controller import conditions as C
-from gangscale.controller.backoffs import PoolBackoffs
-from gangscale.controller.reconcile import Consumed, Context, Failure, scale_up_failed
-from gangscale.controller.record import OBTAINED, Record, Step
-from gangscale.controller.request import Phase, Request, RequestState, phase
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.backoffs import PoolBackoffs
+from gangscale.controller.logic.reconcile import Consumed, Context
+from gangscale.controller.logic.record import OBTAINED, Record, Step
+from gangscale.controller.logic.request import Phase, Request, RequestState, phase
+from gangscale.controller.logic.scaleup import Failure, scale_up_failed
+from gangscale.controller.logic.settings import Settings
 from gangscale.providers.base import ErrorClass, Obtained, ProviderError, Unit
 from gangscale.timefmt import rfc3339
 from tests.planner.builders import pool

@@ -1,5 +1,5 @@
-"""How one request moves on (``gangscale.controller.reconcile``), on plain objects: a fake world, a fixed time, and
-the conditions, events, actions and due times each transition must produce."""
+"""How one request moves on (``gangscale.controller.logic.reconcile``), on plain objects: a fake world, a fixed time,
+and the conditions, events, actions and due times each transition must produce."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from gangscale.controller import conditions as C
-from gangscale.controller.backoffs import PoolBackoffs
-from gangscale.controller.reconcile import (
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.backoffs import PoolBackoffs
+from gangscale.controller.logic.reconcile import (
     Actions,
     Consumed,
     Context,
@@ -18,16 +18,15 @@ from gangscale.controller.reconcile import (
     booked,
     carried_over,
     deadline,
-    decided,
-    obtained,
     provisioning,
     reconcile,
     retry_delay,
 )
-from gangscale.controller.record import OBTAINED, OBTAINING, Record, Step, parse_detail, step_token
-from gangscale.controller.request import Phase, Request, RequestState, phase
-from gangscale.controller.settings import Settings
-from gangscale.controller.view import Readiness
+from gangscale.controller.logic.record import OBTAINED, OBTAINING, Record, Step, parse_detail, step_token
+from gangscale.controller.logic.request import Phase, Request, RequestState, phase
+from gangscale.controller.logic.scaleup import decided, obtained
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.view import Readiness
 from gangscale.model.decision import Decision, NewNodes, Outcome, Placement, PoolReason, ReasonCode, ScaleStep
 from gangscale.model.resources import ResourceList
 from gangscale.providers.base import Obtained, Unit

@@ -1,4 +1,4 @@
-"""Keys with work to do (``gangscale.controller.workqueue``), on plain objects: dirty keys, one due time per key
+"""Keys with work to do (``gangscale.controller.logic.workqueue``), on plain objects: dirty keys, one due time per key
 (the latest call wins), and what ``take`` hands out."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gangscale.controller.workqueue import WorkQueue
+from gangscale.controller.logic.workqueue import WorkQueue
 
 T0 = 1_000.0
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gangscale.config import parse_pool_yaml
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.settings import Settings
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import (
     ADMISSIONCHECKS,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.settings import Settings
 from gangscale.kube.resources import EVENTS, NODES, WORKLOADS
 from gangscale.timefmt import parse_rfc3339, rfc3339
 from tests.e2e.harness import (

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from gangscale.sources.raygcs import GcsUnavailable, ResourceState, grpc_available, read_resource_state
+from gangscale.sources.gcsreader import GcsUnavailable, ResourceState, grpc_available, read_resource_state
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "hack" / "ray_pg_driver.py"

@@ -11,7 +11,7 @@ import pytest
 
 from gangscale.kube.resources import RAYCLUSTERS, SECRETS
 from gangscale.sim.apiserver import Fault
-from gangscale.sources.raygcs import grpc_available
+from gangscale.sources.gcsreader import grpc_available
 from tests.conftest import wait_for
 from tests.controller.harness import running_cluster
 from tests.raybuilders import group, raycluster
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not grpc_available(), reason="the GCS source is 
 
 async def test_a_forbidden_auth_secret_is_reported_once_and_the_spec_is_served(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="gangscale.controller.raygcs")
+    caplog.set_level(logging.WARNING, logger="gangscale.controller.demand.gcspollers")
     async with running_cluster(tmp_path) as cl:
         cl.server.inject(Fault(verb="get", resource="secrets", status=403, times=None))
         await cl.create(SECRETS, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ray-token"},

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gangscale.sources.raygangs import GroupShape, gang_needs
-from gangscale.sources.raygcs import GangRequest, GcsReader, GcsUnavailable, ResourceState, read_resource_state
+from gangscale.sources.gcsreader import GangRequest, GcsReader, GcsUnavailable, ResourceState, read_resource_state
+from gangscale.sources.raydemand import GroupShape, gang_needs
 from tests.ray.conftest import RayHead, free_port, require_grpc, require_ray, running_head
 
 pytestmark = pytest.mark.ray

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gangscale.aio import cancel_and_wait
-from gangscale.controller.record import OBTAINED
+from gangscale.controller.logic.record import OBTAINED
 from gangscale.kube.reflector import Reflector
 from gangscale.kube.resources import NODES, PROVREQS
 from gangscale.retry import API_WATCH, Backoff

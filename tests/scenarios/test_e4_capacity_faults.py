@@ -74,7 +74,7 @@ async def test_e4_01_partial_atomic_scale_up(tmp_path: Path, cloud_cleans_up: bo
       stockout persisting, the backoff of each failed attempt doubles 3, 6, 12, 24 min and stays at 30 min.
       Deliberate difference: the first backoff is **3 min**, not the cluster-autoscaler's 5 min — gangscale's
       ``--pool-backoff`` defaults to Karpenter's 3-min insufficient-capacity TTL (README, "gangscale run
-      flags"; ``gangscale/controller/backoffs.py``). A stockout also leaves a *ceiling* (the pool is taken to
+      flags"; ``gangscale/controller/logic/backoffs.py``). A stockout also leaves a *ceiling* (the pool is taken to
       have at most 5 more units until the backoff ends) rather than closing the pool, so smaller gangs are
       still served (``tests/controller/test_head_of_line.py``).
     - *no orphan nodes after ``max_node_provision_time``*: 15 min after the failure the pool still holds only

@@ -19,8 +19,8 @@ import pytest
 
 from gangscale.aio import cancel_and_wait
 from gangscale.clock import Sleeps, counting_sleeps
+from gangscale.controller.logic.record import OBTAINED, OBTAINING, Record
 from gangscale.controller.loop import Controller
-from gangscale.controller.record import OBTAINED, OBTAINING, Record
 from gangscale.kube.client import make_http
 from gangscale.kube.lease import LeaseConfig, LeaseElector
 from gangscale.kube.resources import LEASES

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.settings import Settings
 from gangscale.kube.resources import NODES, PROVREQS, WORKLOADS
 from gangscale.timefmt import parse_rfc3339
 from tests.e2e.harness import (

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gangscale.clock import ManualClock
-from gangscale.controller.record import Record, Step
+from gangscale.controller.logic.record import Record, Step
 from gangscale.kube.resources import NODES, PODS, PROVREQS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.sim.apiserver import EmbeddedAPIServer

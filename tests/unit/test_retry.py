@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.settings import Settings
 from gangscale.retry import (
     API_WATCH,
     GKE_BUSY,

@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic.settings import Settings
 from gangscale.kube.resources import EVENTS, NODES, PODTEMPLATES, PROVREQS
 from gangscale.sim.driver import SimCluster, sim_cluster
 from gangscale.sim.gcp import FakeGcp

@@ -51,7 +51,7 @@ from typing import Any
 from gangscale.model.catalog import TPU_ACCELERATOR_LABEL, TPU_RESOURCE, TPU_TOPOLOGY_LABEL, topology_chips
 from gangscale.model.quantity import QuantityError, parse_quantity
 from gangscale.model.scheduling import SpecError
-from gangscale.sources.raygcs import GangRequest, ResourceState
+from gangscale.sources.gcsreader import GangRequest, ResourceState
 
 HEAD_GROUP = "headgroup"
 STANDARD_KEYS = frozenset({"CPU", "GPU", "TPU", "memory"})

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 
-from gangscale.controller.ledger import Ledger
-from gangscale.controller.request import Phase, RequestState, phase
-from gangscale.controller.snapshot import NOTHING, Holding
+from gangscale.controller.logic.holdings import NOTHING, Holding
+from gangscale.controller.logic.ledger import Ledger
+from gangscale.controller.logic.request import Phase, RequestState, phase
 
 
 def held_claims(st: RequestState, claim: Callable[[str], str]) -> tuple[frozenset[str], dict[str, tuple[str, ...]]]:

@@ -24,10 +24,10 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Protocol
 
 from gangscale.clock import Clock
-from gangscale.controller.reconcile import Consumed
-from gangscale.controller.request import Request, RequestState
-from gangscale.controller.settings import Settings
-from gangscale.controller.view import ClusterView, PodInfo
+from gangscale.controller.logic.reconcile import Consumed
+from gangscale.controller.logic.request import Request, RequestState
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.view import ClusterView, PodInfo
 from gangscale.kube.reflector import Reflector
 from gangscale.model.gang import Gang
 from gangscale.observe.metrics import Metrics

@@ -1,8 +1,8 @@
 """Scale-down carried out: the idle units, the units being removed, and the latest removals.
 
-:mod:`scaledown` decides, without I/O, which units are unneeded and which are ripe for removal; this module is
-the loop's side of it. Each pass, :meth:`ScaleDowns.scale_down` looks again at the units a change touched (the
-loop marks them on :attr:`ScaleDowns.idle`), starts the removal of those unneeded for long enough as background
+:mod:`unneeded` decides, without I/O, which units are unneeded and which are ripe for removal; this module is
+the loop's side of it. Each pass, :meth:`Removals.scale_down` looks again at the units a change touched (the
+loop marks them on :attr:`Removals.idle`), starts the removal of those unneeded for long enough as background
 tasks of the loop, and keeps the latest removals for ``/debug/plans``. It is apart from the loop because it keeps
 state of its own (which units are idle, which are being removed) that the rest of a pass only reads.
 """
@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from gangscale.controller.actuator import Actuator
-from gangscale.controller.indices import RequestIndex
-from gangscale.controller.ledger import Ledger
-from gangscale.controller.scaledown import IdleUnits, unneeded
-from gangscale.controller.settings import Settings
-from gangscale.controller.snapshot import unit_count
+from gangscale.controller.logic.holdings import unit_count
+from gangscale.controller.logic.indices import RequestIndex
+from gangscale.controller.logic.ledger import Ledger
+from gangscale.controller.logic.settings import Settings
+from gangscale.controller.logic.unneeded import IdleUnits, unneeded
+from gangscale.controller.logic.view import ClusterView
 from gangscale.controller.tasks import Spawn
-from gangscale.controller.view import ClusterView
 from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics
 from gangscale.timefmt import rfc3339
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 HISTORY = 50
 
 
-class ScaleDowns:
+class Removals:
     """The units of the managed pools that scale-down watches, and their removal (see the module docstring).
 
     What is in flight (units being removed or released, nodes being handed back, scale-ups in progress) is the
@@ -53,7 +53,7 @@ class ScaleDowns:
         return self.idle.due(self.settings.scale_down_unneeded_time)
 
     def scale_down(self, now: float) -> None:
-        """Look again at the units a change touched; remove those unneeded for long enough (``scaledown``)."""
+        """Look again at the units a change touched; remove those unneeded for long enough (:mod:`unneeded`)."""
         self.idle.update(now, self._unneeded)
         going = self.ledger.going_units()
         leaving = self.ledger.leaving_nodes(lambda claim: self.view.by_claim.get(claim, ()))

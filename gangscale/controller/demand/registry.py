@@ -26,9 +26,9 @@ requests and syncs them in each pass.
 
 from __future__ import annotations
 
-from gangscale.controller.demand import DemandSource, Host
-from gangscale.controller.prsource import ProvReqSource
-from gangscale.controller.raysource import RaySource
+from gangscale.controller.demand.protocol import DemandSource, Host
+from gangscale.controller.demand.prsource import ProvReqSource
+from gangscale.controller.demand.raysource import RaySource
 from gangscale.kube.transport import KubeHTTP
 
 

@@ -10,10 +10,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gangscale.controller.backoffs import PoolBackoffs
-from gangscale.controller.bookings import consumed_on, live_bookings, planned_booking
-from gangscale.controller.request import Phase, RequestState, phase
-from gangscale.controller.view import ClusterView, PodInfo
+from gangscale.controller.logic.backoffs import PoolBackoffs
+from gangscale.controller.logic.bookings import consumed_on, live_bookings, planned_booking
+from gangscale.controller.logic.request import Phase, RequestState, phase
+from gangscale.controller.logic.view import ClusterView, PodInfo
 from gangscale.model.nodepool import NodePool
 from gangscale.model.snapshot import Booking, PoolState, Snapshot
 

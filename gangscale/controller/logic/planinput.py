@@ -7,15 +7,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from gangscale.controller import conditions as C
-from gangscale.controller.backoffs import PoolBackoffs
-from gangscale.controller.bookings import consumed_on, live_bookings, planned_booking
-from gangscale.controller.rebook import rebuilt_booking
-from gangscale.controller.reconcile import WARNING
-from gangscale.controller.request import RequestState
-from gangscale.controller.scaledown import broken_units
-from gangscale.controller.snapshot import Holding, inflight_by_pool, pool_states, snapshot, unit_count
-from gangscale.controller.view import ClusterView, PodInfo
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.backoffs import PoolBackoffs
+from gangscale.controller.logic.bookings import consumed_on, live_bookings, planned_booking
+from gangscale.controller.logic.holdings import Holding, inflight_by_pool, pool_states, snapshot, unit_count
+from gangscale.controller.logic.rebook import rebuilt_booking
+from gangscale.controller.logic.reconcile import WARNING
+from gangscale.controller.logic.request import RequestState
+from gangscale.controller.logic.unneeded import broken_units
+from gangscale.controller.logic.view import ClusterView, PodInfo
 from gangscale.model.decision import Outcome
 from gangscale.model.gang import Gang
 from gangscale.model.nodepool import NodePool

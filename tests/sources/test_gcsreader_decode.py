@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from gangscale.sources.protowire import WireError
-from gangscale.sources.raygcs import (
+from gangscale.sources.gcsreader import (
     EMPTY_STATE,
     GangRequest,
     GcsUnavailable,
@@ -22,6 +21,7 @@ from gangscale.sources.raygcs import (
     parse_details,
     read_resource_state,
 )
+from gangscale.sources.protowire import WireError
 from tests.sources import protobuild as pb
 
 SS_ID = "a29d6f012c96b85a0dbc6d11f25401000000"

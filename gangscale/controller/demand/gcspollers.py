@@ -6,7 +6,7 @@ For every RayCluster that is a demand source, a poller (one of the loop's guarde
 the cluster's status or the ``gangscale.io/gcs-address`` annotation; ``authorization: Bearer`` with the token
 from the cluster's auth Secret when ``authOptions.mode`` is ``token``). The latest answer gives, per worker
 group, the replicas the pending placement groups and ``request_resources`` constraints need beyond the Ray
-nodes the cluster already has (:mod:`gangscale.sources.raygangs`). :meth:`RayGcs.targets` merges that with the
+nodes the cluster already has (:mod:`gangscale.sources.raydemand`). :meth:`RayGcs.targets` merges that with the
 spec's replicas: the larger wins, so the whole gang is known before the autoscaler's first launch step.
 
 When the extra is not installed, the source is off, or the head does not answer (not started, a NetworkPolicy,
@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangscale.aio import cancel_and_wait
-from gangscale.controller.demand import Host
-from gangscale.controller.reconcile import WARNING
+from gangscale.controller.demand.protocol import Host
+from gangscale.controller.logic.reconcile import WARNING
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import SECRETS
 from gangscale.kube.transport import KubeHTTP
+from gangscale.sources.gcsreader import GcsReader, GcsUnavailable, ResourceState, grpc_available
 from gangscale.sources.raycluster import RayCluster
-from gangscale.sources.raygangs import GroupShape, constraint_needs, gang_needs, group_ray_resources
-from gangscale.sources.raygcs import GcsReader, GcsUnavailable, ResourceState, grpc_available
+from gangscale.sources.raydemand import GroupShape, constraint_needs, gang_needs, group_ray_resources
 
 log = logging.getLogger(__name__)
 TOKEN_KEY = "auth_token"

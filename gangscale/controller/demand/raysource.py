@@ -6,13 +6,13 @@ Kueue, see :mod:`gangscale.sources.raycluster`):
 
 1. The target replicas per worker group: what the spec asks for (clamped to min/max) or, when the head's GCS is
    read (``gangscale[ray]``), the Ray nodes the cluster has plus what its pending placement groups and
-   resource constraints need, whichever is more (:mod:`gangscale.controller.raygcs`).
+   resource constraints need, whichever is more (:mod:`gangscale.controller.demand.gcspollers`).
 2. Missing replicas = target - replicas whose pods are all on nodes - replicas of gangs already being
    provisioned or booked for the cluster (less those that landed on their nodes).
 3. Missing replicas *form* a gang: the Ray autoscaler raises ``replicas`` in steps (at most 10 nodes per
    5-s iteration), so the demand is held until it has not changed for ``ray_batch_idle`` or has been forming
    for ``ray_batch_max`` (the window of the loop's batching, :class:`~.batching.Window`); what the GCS reports
-   is complete at once and is not held. A formed gang is a request (:mod:`raygang`), planned, scaled up and
+   is complete at once and is not held. A formed gang is a request (:mod:`raygangrequest`), planned, scaled up and
    booked like a ProvisioningRequest (all-or-nothing).
 4. A gang not provisioned yet follows the demand: it grows or shrinks with it, and is withdrawn (an Event says
    so, nothing is obtained) when Ray no longer asks for it (``replicas`` lowered, ``workersToDelete``). A gang
@@ -32,26 +32,28 @@ import itertools
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from gangscale.controller import conditions as C
-from gangscale.controller.batching import Window
-from gangscale.controller.demand import Host
-from gangscale.controller.raygang import (
-    ANNOTATION_PREFIX,
+from gangscale.controller.demand.gcspollers import RayGcs
+from gangscale.controller.demand.protocol import Host
+from gangscale.controller.demand.raygangrequest import (
     NAME,
+    Forming,
     RayGang,
     annotation_body,
-    gang_key,
+    formed,
+    gang_consumed,
     gang_uid,
+    in_flight_replicas,
+    new_gang_id,
     recorded_gangs,
+    recovered,
     request_of,
 )
-from gangscale.controller.raygcs import RayGcs
-from gangscale.controller.reconcile import NORMAL, WARNING, Consumed
-from gangscale.controller.request import Phase, RequestState, phase
-from gangscale.controller.view import PodInfo
+from gangscale.controller.logic.reconcile import NORMAL, WARNING, Consumed
+from gangscale.controller.logic.request import Phase, RequestState, phase
+from gangscale.controller.logic.view import PodInfo
 from gangscale.kube.errors import ApiError
 from gangscale.kube.reflector import Reflector, ReflectorEvent, strip_managed_fields
 from gangscale.kube.resources import RAYCLUSTERS
@@ -62,27 +64,14 @@ from gangscale.sources.raycluster import (
     RayClusterError,
     WorkerPod,
     describe,
-    kept,
-    landed_replicas,
     missing_replicas,
     parse_raycluster,
-    placed_replicas,
     replica_gang,
 )
 
 JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
-SERVED = "every replica the cluster wants is on a node"
-
-
-@dataclass
-class Forming:
-    """Demand seen but not yet a gang: the autoscaler may still be raising it step by step. Its window opened when
-    the demand appeared and starts its idle time over at each change of it (``ray_batch_idle``/``ray_batch_max``)."""
-
-    replicas: dict[str, int]
-    window: Window
 
 
 class RaySource:
@@ -140,15 +129,10 @@ class RaySource:
             cluster = self._parse(obj)
             if cluster is None:
                 continue
-            for gang_id, replicas, record in recorded_gangs(obj):
-                gang = RayGang(cluster.uid, gang_id, replicas, describe(replicas, cluster),
-                               replica_gang(cluster, replicas, gang_key(cluster, gang_id), now), now, "recorded")
-                st = RequestState(request_of(cluster, gang), record=record, attempts=record.attempt)
-                st.written = repr(annotation_body(st, gang))
+            for st, gang in recovered(cluster, now):
                 self.gangs[st.key] = gang
                 self.host.add(st)
-                log.info("%s: found the recorded scale-up of gang %s (%s)", cluster.key, gang_id,
-                         describe(replicas, cluster))
+                log.info("%s: found the recorded scale-up of gang %s (%s)", cluster.key, gang.gang_id, gang.description)
         self._dirty.add("*")
 
     def recorded_tokens(self) -> set[str]:
@@ -289,7 +273,7 @@ class RaySource:
                 case Phase.PENDING if not st.busy:
                     pending.append(st)
                 case Phase.PROVISIONING | Phase.BOOKED:
-                    for group, count in self._in_flight(cluster, workers, st).items():
+                    for group, count in in_flight_replicas(self.gangs[st.key], st, cluster, workers).items():
                         coming[group] += count
             self.host.mark(st.key)
         missing = missing_replicas(cluster, workers, targets, coming)
@@ -302,23 +286,6 @@ class RaySource:
             return missing
         self._form(cluster, missing, from_gcs, now)
         return missing
-
-    def _in_flight(self, cluster: RayCluster, workers: list[WorkerPod], st: RequestState) -> dict[str, int]:
-        """Replicas the gang brings that have not landed on its nodes yet; sets the gang's consumer pods."""
-        gang = self.gangs[st.key]
-        nodes = {name for got in st.obtained.values() for name in got.node_names} | set(st.booking or ())
-        out: dict[str, int] = {}
-        consumers: list[PodInfo] = []
-        for name, count in gang.replicas.items():
-            group = cluster.group(name)
-            if group is None:
-                continue  # the group was removed from the spec: nothing of it lands any more
-            landed = landed_replicas(group, workers, nodes)
-            out[name] = max(0, count - landed)
-            consumers += [PodInfo(w.node, group.demand.requests, False, st.key)
-                          for w in kept(group, workers) if w.node in nodes]
-        gang.consumers = consumers
-        return out
 
     def _follow(self, cluster: RayCluster, st: RequestState, missing: Mapping[str, int]) -> None:
         """A gang not provisioned yet tracks the demand: it grows, shrinks, or is withdrawn."""
@@ -342,41 +309,17 @@ class RaySource:
         self.host.forget(st.key, why)
 
     def _form(self, cluster: RayCluster, missing: Mapping[str, int], complete: bool, now: float) -> None:
-        if not missing:
-            self.forming.pop(cluster.uid, None)
+        window = self.host.settings.ray_batch_idle, self.host.settings.ray_batch_max
+        gang = formed(self.forming, cluster, missing, complete, now, window,
+                      lambda: new_gang_id(cluster, now, self._seq, taken=self.gangs.keys()))
+        if gang is None:
             return
-        seen = self.forming.get(cluster.uid)
-        if seen is None:
-            s = self.host.settings
-            seen = self.forming[cluster.uid] = Forming({}, Window(s.ray_batch_idle, s.ray_batch_max))
-        if seen.replicas != dict(missing):
-            seen.replicas = dict(missing)
-            seen.window.note(now)
-        if not (complete or seen.window.due(now)):
-            return
-        del self.forming[cluster.uid]
-        first = seen.window.first if seen.window.first is not None else now  # noted above: never None here
-        gang_id = self._new_gang_id(cluster, now)
-        gang = RayGang(cluster.uid, gang_id, dict(missing), describe(missing, cluster),
-                       replica_gang(cluster, missing, gang_key(cluster, gang_id), first), first,
-                       "gcs" if complete else "replicas")
         st = RequestState(request_of(cluster, gang))
         st.written = repr(annotation_body(st, gang))
         self.gangs[st.key] = gang
         self.host.add(st)
-        log.info("%s: gang %s formed from %s: %s", cluster.key, gang_id, gang.origin, gang.description,
-                 extra={"raycluster": cluster.key, "gang": gang_id})
-
-    def _new_gang_id(self, cluster: RayCluster, now: float) -> str:
-        """An id no gang of the cluster has, nor had recorded on it: the sequence restarts with the process, so a
-        gang formed in the same second as one a previous process recorded must not take its id (its key,
-        annotation and provider tokens all derive from the id)."""
-        annotations = (cluster.obj.get("metadata") or {}).get("annotations") or {}
-        for _ in range(256):
-            gang_id = f"{int(now):x}{next(self._seq) % 256:02x}"
-            if gang_key(cluster, gang_id) not in self.gangs and ANNOTATION_PREFIX + gang_id not in annotations:
-                return gang_id
-        raise RuntimeError(f"{cluster.key}: every gang id of second {int(now):x} is taken")
+        log.info("%s: gang %s formed from %s: %s", cluster.key, gang.gang_id, gang.origin, gang.description,
+                 extra={"raycluster": cluster.key, "gang": gang.gang_id})
 
     def next_wake(self) -> float | None:
         return min((due for f in self.forming.values() if (due := f.window.deadline()) is not None), default=None)
@@ -408,17 +351,7 @@ class RaySource:
             return None
         workers = list(self.host.view.workers.get((cluster.namespace, cluster.name), {}).values())
         targets = self.gcs.targets(cluster)[0] if cluster.is_demand_source else {g.name: 0 for g in cluster.groups}
-        served = True
-        for name in gang.replicas:
-            group = cluster.group(name)
-            if group is not None and placed_replicas(group, workers) < min(targets.get(name, 0), group.max_replicas):
-                served = False
-                break
-        if served:
-            return Consumed(SERVED, "GangPlaced")
-        if len(gang.consumers) >= st.request.pods:
-            return Consumed(C.M_BOOKING_CONSUMED)
-        return None
+        return gang_consumed(gang, st, cluster, workers, targets)
 
     def status(self, st: RequestState) -> JSON:
         gang = self.gangs.get(st.key)

@@ -19,12 +19,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from gangscale.controller import conditions as C
-from gangscale.controller.demand import Host
-from gangscale.controller.reconcile import Consumed
-from gangscale.controller.record import DETAIL_KEY, POOL_DETAIL_KEY, from_status
-from gangscale.controller.request import Request, RequestState, owned_from
-from gangscale.controller.view import PodInfo
+from gangscale.controller.demand.protocol import Host
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.reconcile import Consumed
+from gangscale.controller.logic.record import DETAIL_KEY, POOL_DETAIL_KEY, from_status
+from gangscale.controller.logic.request import Request, RequestState, owned_from
+from gangscale.controller.logic.view import PodInfo
 from gangscale.kube.errors import ApiError
 from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, strip_managed_fields
 from gangscale.kube.resources import PODTEMPLATES, PROVREQS, WORKLOADS

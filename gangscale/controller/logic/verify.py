@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gangscale.controller.record import Step
+from gangscale.controller.logic.record import Step
 from gangscale.model.nodepool import NodePool
 from gangscale.providers.base import Obtained
 

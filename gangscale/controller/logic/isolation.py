@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import logging
 
-from gangscale.controller import conditions as C
-from gangscale.controller.request import RequestState
-from gangscale.controller.settings import Settings
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.request import RequestState
+from gangscale.controller.logic.settings import Settings
 from gangscale.retry import isolation
 from gangscale.timefmt import rfc3339
 

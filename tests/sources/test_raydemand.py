@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gangscale.model.scheduling import SpecError
-from gangscale.sources.raygangs import GangNeed, GroupShape, constraint_needs, gang_needs, group_ray_resources
-from gangscale.sources.raygcs import GangRequest, RayNode, ResourceState
+from gangscale.sources.gcsreader import GangRequest, RayNode, ResourceState
+from gangscale.sources.raydemand import GangNeed, GroupShape, constraint_needs, gang_needs, group_ray_resources
 
 GiB = 2**30
 

@@ -37,7 +37,7 @@ R_BOOKING_TIME_EXPIRED = "CapacityReservationTimeExpired"
 R_BOOKING_CONSUMED = "CapacityBookingConsumed"
 R_NODE_REMOVED = "BookedNodeRemoved"
 R_NODE_NOT_READY = "BookedNodeNotReady"
-#: gangscale's own: a step of gangscale raised on this request (:mod:`gangscale.controller.isolation`).
+#: gangscale's own: a step of gangscale raised on this request (:mod:`gangscale.controller.logic.isolation`).
 R_RECONCILE_ERROR = "ReconcileError"
 
 M_ACCEPTED = "ProvisioningRequest is accepted by gangscale"

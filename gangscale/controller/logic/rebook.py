@@ -10,7 +10,7 @@ happens to be free: those nodes were made for it, Kueue may pin its pods to the 
    that with the gang's pods on the nodes they use.
 2. The gang is planned onto its own nodes alone, as if none of its pods had arrived yet (the consumer pods
    already bound there are taken out of the node's requests; a booking shrinks by them later, see
-   :func:`~gangscale.controller.bookings.live_bookings`) and with the node lifecycle taints lifted (a node
+   :func:`~gangscale.controller.logic.bookings.live_bookings`) and with the node lifecycle taints lifted (a node
    that just turned Ready may still carry ``not-ready`` for a moment). If it fits, that plan is the booking,
    exactly as the original decision's was.
 3. Otherwise the original plan also used free room on nodes it did not make: the gang is planned onto its own
@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
-from gangscale.controller.bookings import Booked, planned_booking
+from gangscale.controller.logic.bookings import Booked, planned_booking
 from gangscale.model.decision import Decision, Outcome
 from gangscale.model.gang import Gang
 from gangscale.model.policy import Policy

@@ -1,4 +1,4 @@
-"""Which units scale-down removes (``gangscale.controller.scaledown``), on plain objects."""
+"""Which units scale-down removes (``gangscale.controller.logic.unneeded``), on plain objects."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gangscale.controller.scaledown import broken_units, plan_scale_down
+from gangscale.controller.logic.unneeded import broken_units, plan_scale_down
 from tests.planner.builders import CPU_NODE, TPU_NODE, pool
 
 NOW = 1_000.0

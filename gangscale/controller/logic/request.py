@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gangscale.controller import conditions as C
-from gangscale.controller.bookings import Booked
-from gangscale.controller.record import Record
+from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic.bookings import Booked
+from gangscale.controller.logic.record import Record
 from gangscale.model.decision import Decision
 from gangscale.model.gang import Gang
 from gangscale.providers.base import Obtained
@@ -119,7 +119,7 @@ class RequestState:
     #: When the first booked node that is still unready lost its readiness (None: every booked node is Ready).
     unready_since: float | None = None
     #: Passes in a row in which a step of gangscale raised on this request, and when it is tried again
-    #: (:mod:`~gangscale.controller.isolation`).
+    #: (:mod:`~gangscale.controller.logic.isolation`).
     failures: int = 0
     failing_until: float | None = None
     #: Events to record with the next write: (type, reason, message).
