@@ -70,17 +70,18 @@ class Effects:
         if not self.actuator.fence():
             raise NotLeader("this process does not hold the leader lease: no status write")
 
-    async def write(self, source: DemandSource, st: RequestState, body: JSON, key: str,
+    async def write(self, source: DemandSource, st: RequestState, body: JSON, text: str,
                     events: Sequence[Event]) -> Written:
+        """Write ``body`` (``text`` is its repr, what the request remembers as written once it landed)."""
         if self.dry_run:
-            return Written(st.key, key)
+            return Written(st.key, text)
         self._fenced()
         try:
             version = await source.write(st, body)
         except ApiError as exc:
-            return Written(st.key, key, exc)
+            return Written(st.key, text, exc)
         await self.record(st.request.obj, events)
-        return Written(st.key, key, version=version)
+        return Written(st.key, text, version=version)
 
     async def record(self, obj: JSON, events: Sequence[Event]) -> None:
         if self.dry_run or not self.actuator.fence():

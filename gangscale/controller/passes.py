@@ -74,25 +74,25 @@ def run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]], 
     if now >= core.resync_at:
         core.queue.mark_all(core.states)
         core.resync_at = now + RESYNC
-    released = core.batching.release(now)
-    keys = core.queue.take(now) | released
+    batch = core.batching.take_batch(now)
+    keys = core.queue.take(now) | batch
     ctx = Context(now, core.settings, core.pools, core.backoffs, core)
     acts = Actions()
     to_plan = []
-    holding = not released and core.batching.holding(now)
+    deferring = not batch and core.batching.deferring(now)
     core.failed_now, core.reconciled_now = set(), set()
     for key in sorted(keys):
         st = core.states.get(key)
         if st is None or waiting(st, now):
             continue
-        if holding and phase(st) is Phase.PENDING and not st.busy:
-            core.batching.hold(key, now)  # reconciled with its batch: Accepted and the decision in one write
+        if deferring and phase(st) is Phase.PENDING and not st.busy:
+            core.batching.defer(key, now)  # reconciled with its batch: Accepted and the decision in one write
             continue
         if reconciled(core, st, ctx, acts) and not core.ledger.releasing(key):
             to_plan.append(st)
     if acts.capacity_freed or core.freed:
         core.freed = False
-        to_plan += retry_waiting(core, ctx, keys, holding, acts)
+        to_plan += retry_waiting(core, ctx, keys, deferring, acts)
     touched = {st.key for st in to_plan} | {k for k in keys if k in core.states}
     core.refresh(touched)
     rebook_lost(core, touched, now)
@@ -153,7 +153,7 @@ def settle(core: Core, now: float) -> None:
     core.removals.idle.mark(released | gone)
 
 
-def retry_waiting(core: Core, ctx: Context, done: set[str], holding: bool, acts: Actions) -> list[RequestState]:
+def retry_waiting(core: Core, ctx: Context, done: set[str], deferring: bool, acts: Actions) -> list[RequestState]:
     """Capacity was handed back: requests waiting out a retry backoff are planned now (or with the next batch)."""
     again = []
     for key in sorted(core.index.retrying):
@@ -161,8 +161,8 @@ def retry_waiting(core: Core, ctx: Context, done: set[str], holding: bool, acts:
         if phase(st) is not Phase.PENDING or st.retry_at is None or st.busy:
             continue
         st.retry_at = None
-        if holding:
-            core.batching.hold(key, ctx.now)
+        if deferring:
+            core.batching.defer(key, ctx.now)
         elif key not in done and not waiting(st, ctx.now) and reconciled(core, st, ctx, acts) \
                 and not core.ledger.releasing(key):
             again.append(st)

@@ -76,14 +76,14 @@ class StatusWriter:
             return
         source = self.sources[st.request.source]
         body = source.status(st)
-        key = repr(body)
-        if key == st.written and not st.events:
+        text = repr(body)
+        if text == st.written and not st.events:
             self._drop_if_finished(st)
             return
         events, st.events = st.events, []
         source.note_events(st, events)
         st.task = "write"
-        self._spawn(self.effects.write(source, st, body, key, events), f"write {st.key}",
+        self._spawn(self.effects.write(source, st, body, text, events), f"write {st.key}",
                     lambda result: self._written(st, result))
 
     def _written(self, st: RequestState, result: Written | BaseException) -> None:

@@ -59,21 +59,21 @@ def test_window_reset_forgets_what_was_noted(arrivals: list[float], after_reset:
 
 def test_nothing_in_flight_never_holds() -> None:
     b = Batching(IDLE, MAX)
-    assert b.holding(T0) is False
-    assert b.deadline() is None and b.release(T0) == set()
+    assert b.deferring(T0) is False
+    assert b.deadline() is None and b.take_batch(T0) == set()
 
 
 def test_in_flight_holds_until_the_idle_window_closes() -> None:
     b = Batching(IDLE, MAX)
     b.started("busy")
-    assert b.holding(T0) is True  # the first request to arrive waits for the batch
-    b.hold("a", T0)
+    assert b.deferring(T0) is True  # the first request to arrive waits for the batch
+    b.defer("a", T0)
     assert b.deadline() == T0 + IDLE
-    assert (b.holding(T0 + 0.5), b.release(T0 + 0.5)) == (True, set())
-    assert b.holding(T0 + IDLE) is False
-    assert b.release(T0 + IDLE) == {"a"}
+    assert (b.deferring(T0 + 0.5), b.take_batch(T0 + 0.5)) == (True, set())
+    assert b.deferring(T0 + IDLE) is False
+    assert b.take_batch(T0 + IDLE) == {"a"}
     assert (b.held, b.deadline()) == (set(), None)
-    assert b.release(T0 + IDLE) == set()
+    assert b.take_batch(T0 + IDLE) == set()
 
 
 def test_each_arrival_extends_the_window_up_to_batch_max() -> None:
@@ -81,18 +81,18 @@ def test_each_arrival_extends_the_window_up_to_batch_max() -> None:
     b = Batching(IDLE, MAX)
     b.started("busy")
     for i in range(12):
-        b.hold(f"r{i}", T0 + i * 0.9)
+        b.defer(f"r{i}", T0 + i * 0.9)
         assert b.deadline() == min(T0 + i * 0.9 + IDLE, T0 + MAX)
-    assert b.holding(T0 + MAX - 0.01) is True
-    assert b.holding(T0 + MAX) is False
-    assert b.release(T0 + MAX) == {f"r{i}" for i in range(12)}
+    assert b.deferring(T0 + MAX - 0.01) is True
+    assert b.deferring(T0 + MAX) is False
+    assert b.take_batch(T0 + MAX) == {f"r{i}" for i in range(12)}
 
 
 def test_holding_a_key_twice_does_not_move_the_window() -> None:
     b = Batching(IDLE, MAX)
     b.started("busy")
-    b.hold("a", T0)
-    b.hold("a", T0 + 0.5)
+    b.defer("a", T0)
+    b.defer("a", T0 + 0.5)
     assert b.deadline() == T0 + IDLE
 
 
@@ -100,55 +100,55 @@ def test_the_batch_is_released_when_the_provider_calls_return() -> None:
     b = Batching(IDLE, MAX)
     b.started("x")
     b.started("y")
-    b.hold("a", T0)
+    b.defer("a", T0)
     b.finished("x")
-    assert b.release(T0 + 0.1) == set()  # y still calls the provider
+    assert b.take_batch(T0 + 0.1) == set()  # y still calls the provider
     b.finished("y")
-    assert b.holding(T0 + 0.1) is False
-    assert b.release(T0 + 0.1) == {"a"}
+    assert b.deferring(T0 + 0.1) is False
+    assert b.take_batch(T0 + 0.1) == {"a"}
 
 
 def test_forget_drops_a_key_from_both_sets() -> None:
     b = Batching(IDLE, MAX)
     b.started("x")
-    b.hold("a", T0)
-    b.hold("b", T0)
+    b.defer("a", T0)
+    b.defer("b", T0)
     b.forget("a")
     b.forget("x")
     assert (b.in_flight, b.held) == (set(), {"b"})
-    assert b.release(T0) == {"b"}
+    assert b.take_batch(T0) == {"b"}
 
 
 def test_a_new_batch_starts_its_own_window() -> None:
     b = Batching(IDLE, MAX)
     b.started("x")
-    b.hold("a", T0)
-    assert b.release(T0 + IDLE) == {"a"}
-    b.hold("b", T0 + 100)
+    b.defer("a", T0)
+    assert b.take_batch(T0 + IDLE) == {"a"}
+    b.defer("b", T0 + 100)
     assert b.deadline() == T0 + 100 + IDLE
-    assert b.holding(T0 + 100.5) is True
+    assert b.deferring(T0 + 100.5) is True
 
 
 def test_zero_windows_release_a_held_key_at_once() -> None:
     b = Batching(0.0, 0.0)
     b.started("x")
-    b.hold("a", T0)
+    b.defer("a", T0)
     assert b.deadline() == T0
-    assert b.holding(T0) is False
-    assert b.release(T0) == {"a"}
+    assert b.deferring(T0) is False
+    assert b.take_batch(T0) == {"a"}
 
 
 @pytest.mark.parametrize("batch_max", [0.0, MAX], ids=["both-zero", "idle-zero"])
 def test_zero_idle_window_never_holds(batch_max: float) -> None:
     b = Batching(0.0, batch_max)
     b.started("x")
-    assert b.holding(T0) is False
+    assert b.deferring(T0) is False
 
 
 def test_forgetting_the_only_held_key_leaves_no_stale_window() -> None:
     b = Batching(IDLE, MAX)
     b.started("x")
-    b.hold("a", T0)
+    b.defer("a", T0)
     b.forget("a")  # its object was deleted while it was held
     assert b.deadline() is None
-    assert b.holding(T0 + 100) is True  # x still calls the provider: a new arrival waits for the batch
+    assert b.deferring(T0 + 100) is True  # x still calls the provider: a new arrival waits for the batch

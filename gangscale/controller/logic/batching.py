@@ -78,14 +78,14 @@ class Batching:
         if not self.held:
             self.window.reset()  # the window belonged to the requests that were held
 
-    def holding(self, now: float) -> bool:
+    def deferring(self, now: float) -> bool:
         """Whether a request ready to plan at ``now`` waits for the next batch: scale-ups are calling the provider,
         the window is not zero, and the window of what is held already (if anything) is still open."""
         if not self.in_flight or self.batch_idle <= 0 or self.batch_max <= 0:
             return False
         return not self.window.due(now)
 
-    def hold(self, key: str, now: float) -> None:
+    def defer(self, key: str, now: float) -> None:
         if key in self.held:
             return
         self.held.add(key)
@@ -95,10 +95,10 @@ class Batching:
         """When the held requests are planned even if provider calls are still under way."""
         return self.window.deadline()
 
-    def release(self, now: float) -> set[str]:
+    def take_batch(self, now: float) -> set[str]:
         """The held requests, if their batch may be planned at ``now`` (they are no longer held). A request that
         becomes ready in the pass that plans them joins them: the loop holds nothing in that pass."""
-        if not self.held or self.holding(now):
+        if not self.held or self.deferring(now):
             return set()
         held, self.held = self.held, set()
         self.window.reset()
