@@ -25,6 +25,8 @@ Transitions covered here that were tested only over HTTP before (``tests/control
 - ``lost-lease``: a scale-up stopped by a lost lease keeps its record for the next leader.
 - ``one-bad-request``: a request whose gang cannot be built (the source raises) fails alone; the others are planned
   in the same pass.
+- ``slice-coming-up``: a slice Provisioned on request (``provisionedWhen: Requested``) whose second host has not
+  registered yet is neither taken for a half-removed slice nor scaled down (issue 26).
 - ``scale-down``: an empty unit is removed after ``--scale-down-unneeded-time``, once; the ledger counts it as
   going until the removal returns.
 """
@@ -49,13 +51,15 @@ from gangscale.controller.passes import Changes, run_pass
 from gangscale.controller.writer import WRITE_RETRY
 from gangscale.kube.errors import ApiError
 from gangscale.model.gang import Gang
+from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtained, ProviderError, Unit
-from tests.planner.builders import CPU_NODE, gang, pod_set, pool
+from tests.planner.builders import CPU_NODE, TPU_NODE, gang, pod_set, pool
 
 NOW = 1_795_000_000.0
 POOL = pool("cpu", CPU_NODE, max_units=10)
+SLICE = pool("tpu", TPU_NODE, max_units=4, nodes_per_unit=2)
 SOURCE = "table"
 
 
@@ -143,6 +147,7 @@ class Table:
     """A core, its source and the effects of the last pass."""
 
     settings: Settings = field(default_factory=lambda: Settings(batch_idle=0.0, batch_max=0.0))
+    pools: tuple[NodePool, ...] = (POOL,)
     source: TableSource = field(default_factory=TableSource)
     effects: list[Effect] = field(default_factory=list)
     results: list[tuple[Any, Any]] = field(default_factory=list)
@@ -150,18 +155,20 @@ class Table:
     def __post_init__(self) -> None:
         TABLES.append(self)
         clock, metrics = Clock(), Metrics()
-        actuator = Actuator(None, clock, metrics, {POOL.name: POOL})  # type: ignore[arg-type]  # never called here
+        actuator = Actuator(None, clock, metrics, {p.name: p for p in self.pools})  # type: ignore[arg-type]  # never called
         effects = Effects(actuator, None, clock, dry_run=False)  # type: ignore[arg-type]
         self.clock = clock
-        self.core = Core([POOL], actuator, effects, ClusterView(), claim=lambda token: token, settings=self.settings,
-                         policy=Policy(), clock=clock, metrics=metrics, hooks=Hooks(lambda: None, lambda c, n: None))
+        self.core = Core(self.pools, actuator, effects, ClusterView(), claim=lambda token: token,
+                         settings=self.settings, policy=Policy(), clock=clock, metrics=metrics,
+                         hooks=Hooks(lambda: None, lambda c, n: None))
         self.source.host = self.core
         self.core.add_sources([self.source])
 
-    def request(self, key: str, pods: int = 2, cpu: str = "4") -> None:
+    def request(self, key: str, pods: int = 2, cpu: str = "4", *, requests: dict[str, str] | None = None,
+                on_request: bool = False) -> None:
         self.source.pending.append(Request(key, f"uid-{key}", SOURCE, "c", {"kind": "Table"}, created=NOW,
-                                           pods=pods))
-        self.source.gangs[key] = gang(key, pod_set("w", pods, {"cpu": cpu}))
+                                           pods=pods, provisioned_when_requested=on_request))
+        self.source.gangs[key] = gang(key, pod_set("w", pods, requests or {"cpu": cpu}))
 
     def run(self, at: float = 0.0, nodes: dict[str, dict[str, Any] | None] | None = None) -> list[str]:
         """A pass at NOW + ``at``: the results waiting, the node changes given; returns the effects' names. Status
@@ -191,12 +198,13 @@ class Table:
         return None if cond is None else (cond.status, cond.reason)
 
 
-def node(name: str, *, token: str | None = None, ready: bool = True) -> dict[str, Any]:
-    labels = {"gangscale.io/node-pool": POOL.name}
+def node(name: str, *, token: str | None = None, ready: bool = True, pool: NodePool = POOL,
+         unit: str | None = None) -> dict[str, Any]:
+    labels = {"gangscale.io/node-pool": pool.name}
     if token is not None:
-        labels |= {UNIT_LABEL: name, TOKEN_LABEL: token}
+        labels |= {UNIT_LABEL: unit or name, TOKEN_LABEL: token}
     return {"metadata": {"name": name, "labels": labels},
-            "status": {"allocatable": dict(CPU_NODE),
+            "status": {"allocatable": {k: str(v) for k, v in pool.allocatable.items()},
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
@@ -332,3 +340,24 @@ def test_scale_down_of_an_empty_unit(idle_for: float, removed: bool) -> None:
         t.answer("scale-down u1", None)
         assert t.run(idle_for + 1) == []  # once
         assert not t.core.ledger.is_going("u1")
+
+
+def test_a_slice_provisioned_on_request_is_not_scaled_down_while_its_second_host_registers() -> None:
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, scale_down_unneeded_time=1.0), pools=(SLICE,))
+    t.request("ns/a", pods=2, requests={"google.com/tpu": "4"}, on_request=True)
+    assert t.run() == ["scale-up ns/a"]
+    record = t.st("ns/a").record
+    assert record is not None and [(s.pool, s.units) for s in record.steps] == [("tpu", 1)]
+    token = record.steps[0].token
+    hosts = (f"{token}-h0", f"{token}-h1")
+    t.answer("scale-up ns/a", ScaledUp("ns/a", record, intent_body="{}",
+                                       obtained={token: Obtained(token, "tpu", (Unit("s1", hosts),))}))
+    t.run(1)
+    assert t.provisioned("ns/a") == ("True", C.R_PROVISIONED)  # on the grant, before any host registered
+    first = {hosts[0]: node(hosts[0], token=token, pool=SLICE, unit="s1")}
+    assert t.run(2, nodes=first) == []
+    assert "scale-down s1" not in t.run(100)  # far past the unneeded time: still coming up, not half removed
+    assert t.core.ledger.coming_up_claims(t.core.view.nodes.__contains__) == {token}
+    t.run(101, nodes={hosts[1]: node(hosts[1], token=token, pool=SLICE, unit="s1")})
+    assert t.core.ledger.coming_up_claims(t.core.view.nodes.__contains__) == set()
+    assert "scale-down s1" not in t.run(200)  # booked

@@ -79,12 +79,12 @@ async def gke_cluster(workdir: Path) -> AsyncIterator[tuple[Cluster, FakeGcp]]:
             await gcp.stop()
 
 
-async def start(cluster: Cluster, gcp: FakeGcp) -> Any:
+async def start(cluster: Cluster, gcp: FakeGcp, *flags: str) -> Any:
     host = gcp.url.removeprefix("http://")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_", "CLOUDSDK_", "GCE_"))}
     env |= {"GCE_METADATA_HOST": host, "GCE_METADATA_IP": host, "CLOUDSDK_CONFIG": str(cluster.workdir / "gcloud")}
     return await cluster.start_gangscale("--provider", "gke", "--gke-container-endpoint", gcp.url,
-                                         "--gke-compute-endpoint", f"{gcp.url}/compute/v1", env=env)
+                                         "--gke-compute-endpoint", f"{gcp.url}/compute/v1", *flags, env=env)
 
 
 async def kill_when_held(cluster: Cluster, gcp: FakeGcp, hold: Hold, run: Any) -> None:
@@ -192,3 +192,37 @@ async def test_the_vms_of_a_gang_are_all_there_or_none_after_a_kill(tmp_path: Pa
         # The repeat after the restart found the first one's resize request, or made it: never two.
         assert len(requests) == (1 if template == "l4-worker" else 0), requests
         assert await second.stop() == 0 and tracebacks(second) == []
+
+
+async def test_a_slice_whose_second_host_registers_late_is_not_taken_for_a_half_removed_one(tmp_path: Path) -> None:
+    """Issue 26, found by a fault campaign after a leader takeover: with ``provisionedWhen: Requested`` the request is
+    Provisioned when GKE grants the slice, before its hosts register; the new leader's scale-down took the slice,
+    whose first host was in its view and whose second was not yet, for one left half-removed, and removed it while
+    booked. Here the first process is killed once it has written Provisioned=True, while the slice's second host is
+    still seconds from registering (``register_spread_seconds``); the second process must keep the slice."""
+    async with gke_cluster(tmp_path) as (cluster, gcp):
+        gcp.faults.register_spread_seconds = 6.0
+        await cluster.template("slice-host", TPU_TEMPLATE)
+        first = await start(cluster, gcp)
+        await cluster.provreq("requested", "slice-host", 2, parameters={"provisionedWhen": "Requested"})
+        await wait_until_async(lambda: provisioned(cluster, "requested"), "Provisioned=True on the grant")
+        await first.kill()
+        pools = set(ours(gcp))
+        assert len(pools) == 1, pools
+        assert len(await cluster.pr_nodes("requested")) < 2, "the second host registered before the takeover"
+
+        second = await start(cluster, gcp, "--scale-down-unneeded-time", "1s")
+
+        async def both_hosts_ready() -> bool:
+            nodes = await cluster.pr_nodes("requested")
+            return len(nodes) == 2 and all(ready(n) for n in nodes)
+
+        await wait_until_async(both_hosts_ready, "both hosts of the slice, Ready")
+        assert set(ours(gcp)) == pools, "the slice was removed while its second host was registering"
+        assert "missing hosts" not in second.text()
+        assert await second.stop() == 0 and tracebacks(second) == []
+
+
+async def provisioned(cluster: Cluster, name: str) -> bool:
+    cond = await cluster.condition(name, "Provisioned")
+    return cond is not None and cond["status"] == "True"

@@ -123,7 +123,8 @@ Faithful (what a provider may rely on)
   ``nvidia.com/gpu=present:NoSchedule`` / ``google.com/tpu=present:NoSchedule`` and, on a
   ``queuedProvisioning.enabled`` pool, ``cloud.google.com/gke-queued=true:NoSchedule`` (GKE's code: "the taint added
   to the queued provisioning nodepools"); capacity and allocatable from
-  :mod:`gangscale.model.catalog`; ``Ready=False`` at registration (``register_seconds`` after the VM runs),
+  :mod:`gangscale.model.catalog`; ``Ready=False`` at registration (``register_seconds`` after the VM runs, and
+  ``register_spread_seconds`` more for each further VM of one create: a slice's hosts register one at a time),
   ``Ready=True`` ``ready_seconds`` later (strategic merge patch on ``/status``) unless its VM's kubelet is broken
   (below); the Node is deleted when its VM is gone (404 ignored).
 

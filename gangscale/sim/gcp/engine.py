@@ -104,17 +104,18 @@ class Engine:
             for _, member in members:
                 member.errors = [error]
             return False
-        for mig, member in members:
-            self.new_vm(pool, mig, member, t)
+        for i, (mig, member) in enumerate(members):
+            self.new_vm(pool, mig, member, t, register_later=i * self.faults.register_spread_seconds)
         return True
 
     # --- VMs and members --------------------------------------------------------------------------------
 
-    def new_vm(self, pool: NodePool, mig: Mig, member: Member, t: float, *, preexisting: bool = False) -> Vm:
+    def new_vm(self, pool: NodePool, mig: Mig, member: Member, t: float, *, preexisting: bool = False,
+               register_later: float = 0.0) -> Vm:
         """A VM for ``member``; one made for a resize request records its name (the instance's metadata item
         ``google-compute-mig-resize-request``); its template's ``maxRunDuration`` sets its end of life."""
         boot = 0.0 if preexisting else self.faults.boot_seconds
-        register = 0.0 if preexisting else self.faults.register_seconds
+        register = 0.0 if preexisting else self.faults.register_seconds + register_later
         run = max_run_seconds(pool)
         vm = Vm(member.name, mig.zone, pool.machine.name, pool.machine.vcpus, mig.name, self.names.uint64(), t,
                 t + boot, register_at=t + boot + register, preexisting=preexisting,

@@ -70,6 +70,9 @@ class GcpFaults:
     boot_seconds: float = 0.0
     #: A RUNNING VM registers its Node this long after it started RUNNING.
     register_seconds: float = 0.0
+    #: Each further VM made by one create registers this much later than the one before it: the kubelets of a
+    #: slice's hosts start on their own, so a multi-host slice's Nodes appear one at a time, not together.
+    register_spread_seconds: float = 0.0
     #: A registered Node turns Ready this long after registration.
     ready_seconds: float = 0.0
     #: A VM being deleted (deleteInstances, resize down, setSize down) is STOPPING this long before it is gone.
