@@ -27,6 +27,15 @@ Transitions covered here that were tested only over HTTP before (``tests/control
   in the same pass.
 - ``slice-coming-up``: a slice Provisioned on request (``provisionedWhen: Requested``) whose second host has not
   registered yet is neither taken for a half-removed slice nor scaled down (issue 26).
+- ``booking-consumed``: a booked request whose pods have arrived (the source says so) ends its booking; a request
+  waiting out a retry for lack of room is planned in that same pass.
+- ``booked-node-removed``: a node of a booking deleted → ``CapacityRevoked`` (``BookedNodeRemoved``).
+- ``provision-timeout``: new nodes not Ready within ``--max-node-provision-time`` → the scale-up is released, the
+  pool backs off, and the request is not planned again until the release returned.
+- ``check-capacity``: a request that may not scale and finds no room is ``CapacityIsNotFound`` with no effect but
+  its status write.
+- ``resume``: a request with a recorded ``obtaining`` intent (a restart, a new leader) resumes it with its own
+  tokens in the first pass.
 - ``scale-down``: an empty unit is removed after ``--scale-down-unneeded-time``, once; the ledger counts it as
   going until the removal returns.
 """
@@ -34,7 +43,7 @@ Transitions covered here that were tested only over HTTP before (``tests/control
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -60,6 +69,8 @@ from tests.planner.builders import CPU_NODE, TPU_NODE, gang, pod_set, pool
 NOW = 1_795_000_000.0
 POOL = pool("cpu", CPU_NODE, max_units=10)
 SLICE = pool("tpu", TPU_NODE, max_units=4, nodes_per_unit=2)
+#: A node's allocatable as its Node object says it (the pools keep it parsed).
+ALLOCATABLE = {"cpu": CPU_NODE, "tpu": TPU_NODE}
 SOURCE = "table"
 
 
@@ -84,6 +95,8 @@ class TableSource:
         self.host: Core | None = None
         self.pending: list[Request] = []
         self.gangs: dict[str, Gang | Exception] = {}
+        #: What ``consumed`` answers per request (the source's say on whether its pods have arrived).
+        self.consumed_as: dict[str, Consumed] = {}
 
     async def start(self) -> list[Any]:
         return []
@@ -103,10 +116,10 @@ class TableSource:
         got = self.gangs[st.key]
         if isinstance(got, Exception):
             raise got
-        return got
+        return replace(got, may_scale=st.request.may_scale if may_scale is None else may_scale)
 
     def consumed(self, st: RequestState) -> Consumed | None:
-        return None
+        return self.consumed_as.get(st.key)
 
     def consumers(self, st: RequestState) -> Iterable[PodInfo]:
         return ()
@@ -165,9 +178,9 @@ class Table:
         self.core.add_sources([self.source])
 
     def request(self, key: str, pods: int = 2, cpu: str = "4", *, requests: dict[str, str] | None = None,
-                on_request: bool = False) -> None:
+                on_request: bool = False, may_scale: bool = True) -> None:
         self.source.pending.append(Request(key, f"uid-{key}", SOURCE, "c", {"kind": "Table"}, created=NOW,
-                                           pods=pods, provisioned_when_requested=on_request))
+                                           pods=pods, provisioned_when_requested=on_request, may_scale=may_scale))
         self.source.gangs[key] = gang(key, pod_set("w", pods, requests or {"cpu": cpu}))
 
     def run(self, at: float = 0.0, nodes: dict[str, dict[str, Any] | None] | None = None) -> list[str]:
@@ -204,7 +217,7 @@ def node(name: str, *, token: str | None = None, ready: bool = True, pool: NodeP
     if token is not None:
         labels |= {UNIT_LABEL: unit or name, TOKEN_LABEL: token}
     return {"metadata": {"name": name, "labels": labels},
-            "status": {"allocatable": {k: str(v) for k, v in pool.allocatable.items()},
+            "status": {"allocatable": dict(ALLOCATABLE[pool.name]),
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
@@ -361,3 +374,74 @@ def test_a_slice_provisioned_on_request_is_not_scaled_down_while_its_second_host
     t.run(101, nodes={hosts[1]: node(hosts[1], token=token, pool=SLICE, unit="s1")})
     assert t.core.ledger.coming_up_claims(t.core.view.nodes.__contains__) == set()
     assert "scale-down s1" not in t.run(200)  # booked
+
+
+def booked_on_one_node(t: Table, key: str = "ns/a") -> None:
+    t.request(key)
+    t.run(nodes={"n1": node("n1")})
+    assert t.provisioned(key) == ("True", C.R_FOUND) and t.st(key).booking
+
+
+def test_booking_consumed_frees_room_for_a_request_waiting_out_its_retry() -> None:
+    t = Table()
+    booked_on_one_node(t)
+    t.request("ns/b", pods=4, may_scale=False)  # 16 CPUs: the node's room, less ns/a's booking, is not enough
+    t.run(1)
+    assert t.provisioned("ns/b") == ("False", C.R_NOT_FOUND) and t.st("ns/b").retry_at is not None
+    t.source.consumed_as["ns/a"] = Consumed(C.M_BOOKING_CONSUMED)
+    t.core.mark("ns/a")  # the source would mark it when the pods arrived
+    t.run(2)
+    assert t.st("ns/a").conditions[C.BOOKING_EXPIRED].reason == C.R_BOOKING_CONSUMED
+    assert t.provisioned("ns/b") == ("True", C.R_FOUND)  # planned in the pass that freed the room
+
+
+def test_a_booked_node_removed_revokes_the_booking() -> None:
+    t = Table()
+    booked_on_one_node(t)
+    t.core.mark("ns/a")
+    t.run(0.5)  # the booking is seen on its node
+    t.run(1, nodes={"n1": None})
+    revoked = t.st("ns/a").conditions[C.CAPACITY_REVOKED]
+    assert (revoked.status, revoked.reason) == ("True", C.R_NODE_REMOVED)
+
+
+def test_provision_timeout_releases_the_scale_up_and_waits_for_the_release() -> None:
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, max_node_provision_time=60.0))
+    t.request("ns/a", pods=1, cpu="12")
+    t.run()
+    t.answer("scale-up ns/a", obtained(t, "ns/a"))
+    t.run(1)
+    t.run(2, nodes=new_nodes(t, "ns/a", ready=False))
+    assert t.run(30) == []
+    assert t.run(61) == ["release ns/a", "write ns/a"]
+    release = next(e for e in t.effects if e.name == "release ns/a")
+    assert t.provisioned("ns/a") == ("False", C.R_NOT_FOUND)
+    assert POOL.name in t.core.backoffs.active(NOW + 61)
+    assert t.core.ledger.releasing("ns/a")
+    t.core.mark("ns/a")
+    assert "scale-up ns/a" not in t.run(62)  # not planned again while its release is under way
+    t.results.append((release.then, None))
+    t.run(63)
+    assert not t.core.ledger.releasing("ns/a")
+
+
+def test_check_capacity_without_room_asks_for_nothing_but_its_status() -> None:
+    t = Table()
+    t.request("ns/a", pods=1, cpu="12", may_scale=False)
+    assert t.run() == ["write ns/a"]
+    assert t.provisioned("ns/a") == ("False", C.R_NOT_FOUND)
+
+
+def test_a_recorded_obtaining_intent_is_resumed_with_its_own_tokens() -> None:
+    t = Table()
+    t.request("ns/a", pods=1, cpu="12")
+    t.run()
+    record = t.st("ns/a").record
+    assert record is not None
+    # A new process: the request comes back from its object with the intent recorded on it.
+    fresh = Table()
+    fresh.source.gangs["ns/a"] = t.source.gangs["ns/a"]
+    fresh.core.add(RequestState(t.st("ns/a").request, record=record, attempts=record.attempt))
+    assert fresh.run(5) == ["scale-up ns/a"]
+    assert fresh.st("ns/a").record == record
+    assert fresh.core.ledger.in_progress_claims() == set(record.tokens)
