@@ -96,8 +96,9 @@ class Core:
         self.failed_now: set[str] = set()
         self.reconciled_now: set[str] = set()
         self.resync_at = 0.0
-        #: The time of the pass under way, or of the last one.
+        #: The time of the pass under way, or of the last one; whether a pass is under way.
         self.pass_now = 0.0
+        self.passing = False
         self.plans: dict[str, dict[str, Any]] = {}
         self.removals = Removals(view, self.pools, self.index, actuator, settings=s, metrics=metrics,
                                      ledger=self.ledger, spawn=self.spawn)
@@ -191,10 +192,12 @@ class Core:
         self.hooks.wake()
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str, then: Then | None = None) -> None:
-        """Background work, started by the runtime after the pass (or at once, if asked outside a pass: the runtime
-        is woken). Its result (or exception) is handed to ``then`` at the start of a later pass."""
+        """Background work, started by the runtime when the pass ends; asked for outside a pass (a source's poller
+        emitting an Event), the runtime is woken to start it. Its result (or exception) is handed to ``then`` at
+        the start of a later pass."""
         self.outbox.append(Effect(coro, name, then))
-        self.hooks.wake()
+        if not self.passing:  # waking from inside a pass would cost a second, empty pass
+            self.hooks.wake()
 
     def run_background(self, coro: Coroutine[Any, Any, Any], name: str) -> Any:
         return self.hooks.run_background(coro, name)

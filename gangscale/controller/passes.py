@@ -64,7 +64,15 @@ class Changes:
 
 def run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]], now: float) -> list[Effect]:
     """One pass at ``now``; returns the background work it asks for (see the module docstring)."""
-    core.pass_now = now
+    core.pass_now, core.passing = now, True
+    try:
+        _run_pass(core, changes, results, now)
+    finally:
+        core.passing = False
+    return core.take_outbox()
+
+
+def _run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]], now: float) -> None:
     for then, result in results:
         then(result)
     apply_changes(core, changes)
@@ -110,7 +118,6 @@ def run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]], 
         if (st := core.states.get(key)) is not None and st.failures:
             succeeded(st)
     core.writer.finish(touched, now)
-    return core.take_outbox()
 
 
 def request_failed(core: Core, st: RequestState, stage: str, exc: Exception) -> None:
