@@ -36,6 +36,12 @@ Transitions covered here that were tested only over HTTP before (``tests/control
   its status write.
 - ``resume``: a request with a recorded ``obtaining`` intent (a restart, a new leader) resumes it with its own
   tokens in the first pass.
+- ``booking-ttl``: a booking whose pods never came ends at ``--booking-ttl`` by itself (the request is due then,
+  nothing marks it), and the room is free for the next pass's plan.
+- ``booked-node-not-ready``: a booked node not Ready for ``--booked-node-unready-grace`` → ``CapacityRevoked``
+  (``BookedNodeNotReady``), at the grace and not before.
+- ``expired-and-deleted``: a request never provisioned fails ``Expired`` at ``--expiry``; a deletable one is
+  deleted ``--terminal-ttl`` after its outcome (a delete effect).
 - ``scale-down``: an empty unit is removed after ``--scale-down-unneeded-time``, once; the ledger counts it as
   going until the removal returns.
 """
@@ -64,6 +70,7 @@ from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtained, ProviderError, Unit
+from gangscale.timefmt import rfc3339
 from tests.planner.builders import CPU_NODE, TPU_NODE, gang, pod_set, pool
 
 NOW = 1_795_000_000.0
@@ -212,13 +219,14 @@ class Table:
 
 
 def node(name: str, *, token: str | None = None, ready: bool = True, pool: NodePool = POOL,
-         unit: str | None = None) -> dict[str, Any]:
+         unit: str | None = None, since: float | None = None) -> dict[str, Any]:
     labels = {"gangscale.io/node-pool": pool.name}
     if token is not None:
         labels |= {UNIT_LABEL: unit or name, TOKEN_LABEL: token}
     return {"metadata": {"name": name, "labels": labels},
             "status": {"allocatable": dict(ALLOCATABLE[pool.name]),
-                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                       **({"lastTransitionTime": rfc3339(since)} if since is not None else {})}]}}
 
 
 def obtained(t: Table, key: str) -> ScaledUp:
@@ -445,3 +453,41 @@ def test_a_recorded_obtaining_intent_is_resumed_with_its_own_tokens() -> None:
     assert fresh.run(5) == ["scale-up ns/a"]
     assert fresh.st("ns/a").record == record
     assert fresh.core.ledger.in_progress_claims() == set(record.tokens)
+
+
+def test_a_booking_ends_at_its_ttl_by_itself() -> None:
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, booking_ttl=300.0))
+    booked_on_one_node(t)
+    t.run(299)
+    assert C.BOOKING_EXPIRED not in t.st("ns/a").conditions
+    assert t.core.next_time(NOW + 299) == NOW + 300  # due at the TTL: nothing else will wake the loop for it
+    t.run(300)
+    assert t.st("ns/a").conditions[C.BOOKING_EXPIRED].reason == C.R_BOOKING_TIME_EXPIRED
+    t.request("ns/b", pods=4, may_scale=False)  # the whole node: fits only once the booking is gone
+    t.run(301)
+    assert t.provisioned("ns/b") == ("True", C.R_FOUND)
+
+
+@pytest.mark.parametrize(("unready_for", "revoked"), [(299.0, False), (300.0, True)], ids=["within-grace", "past"])
+def test_a_booked_node_not_ready_past_the_grace_revokes_the_booking(unready_for: float, revoked: bool) -> None:
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, booked_node_unready_grace=300.0))
+    booked_on_one_node(t)
+    t.core.mark("ns/a")
+    t.run(0.5)  # the booking is seen on its Ready node
+    t.run(1, nodes={"n1": node("n1", ready=False, since=NOW + 1)})
+    t.run(1 + unready_for)
+    cond = t.st("ns/a").conditions.get(C.CAPACITY_REVOKED)
+    assert (cond is not None and cond.reason == C.R_NODE_NOT_READY) is revoked
+
+
+def test_a_request_never_provisioned_expires_and_a_deletable_one_is_deleted_after_the_terminal_ttl() -> None:
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, expiry=3600.0, terminal_ttl=600.0))
+    t.request("ns/a", pods=1, cpu="12", may_scale=False)
+    t.source.pending[-1] = replace(t.source.pending[-1], deletable=True)
+    t.run()
+    assert t.provisioned("ns/a") == ("False", C.R_NOT_FOUND)
+    t.run(3600)
+    failed = t.st("ns/a").conditions[C.FAILED]
+    assert (failed.status, failed.reason) == ("True", C.R_EXPIRED)
+    assert "delete ns/a" not in t.run(3600 + 599)
+    assert "delete ns/a" in t.run(3600 + 600)
