@@ -50,10 +50,12 @@ request's state and the retry time in the work queue (``retry_at``, ``failing_un
 :meth:`Policy.delay` directly. The few *blocking* loops (actuator, GKE busy cluster, preflight, provider start) use
 :func:`retrying`, or :class:`Backoff` where the loop has more to do than one call (the reflector).
 
-Why not ``tenacity``: it is not a dependency of gangscale (nor installed), and it covers only the blocking loops —
-the scheduled retries keep their count and time in the request's state, which a decorator around a call cannot
-express — so the delay function here would be needed anyway, and tenacity would add a second shape of the same
-policy plus a runtime dependency for a twenty-line loop.
+Why not ``tenacity`` (which DESIGN.md's dependency list names for retries): it would fit the four blocking loops
+(``AsyncRetrying(sleep=clock.sleep, wait=...)`` takes the injected clock, and a custom wait can read the error's
+Retry-After), but most of gangscale's retries are not loops around a call: they are *scheduled across passes*, the
+failure count and next time kept in the request's state and the work queue, which a retrying wrapper cannot
+express. The delay function here is needed for those anyway; using tenacity for the other four would write the
+same policy in a second shape and add a runtime dependency for a twenty-line loop.
 
 The module imports only the standard library (``random``; no clock, no ``asyncio``): pure controller code
 (:mod:`.controller.reconcile`) and :mod:`gangscale.kube` import it, and it must not bring a clock or an event loop
