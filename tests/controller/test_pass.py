@@ -491,3 +491,14 @@ def test_a_request_never_provisioned_expires_and_a_deletable_one_is_deleted_afte
     assert (failed.status, failed.reason) == ("True", C.R_EXPIRED)
     assert "delete ns/a" not in t.run(3600 + 599)
     assert "delete ns/a" in t.run(3600 + 600)
+
+
+def test_an_idle_unit_a_gang_is_planned_on_is_not_scaled_down_in_that_pass() -> None:
+    # From hack/chaos.py seed 9915: a request planned onto an idle slice in the pass its unneeded time ran out.
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, scale_down_unneeded_time=1.0))
+    t.run(nodes={"u1": node("u1", token="old")})
+    t.request("ns/a", pods=1, cpu="12")
+    names = t.run(1)  # u1 has been unneeded for exactly the unneeded time: ripe, unless the new booking holds it
+    assert t.provisioned("ns/a") == ("True", C.R_FOUND)
+    assert "scale-down u1" not in names
+    assert "scale-down u1" not in t.run(5)

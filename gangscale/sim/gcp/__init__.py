@@ -59,7 +59,9 @@ Faithful (what a provider may rely on)
   create leaves the pool behind with ``conditions[{code: GCE_STOCKOUT|GCE_QUOTA_EXCEEDED, message,
   canonicalCode: RESOURCE_EXHAUSTED}]``: ``ERROR`` if it has no VM, ``RUNNING_WITH_ERROR`` if it has some (a slice
   never has some). Delete: ``STOPPING`` (VMs ``STOPPING``, instances ``DELETING``) until the operation ends, then
-  404 and the Nodes deleted. GKE's only idempotency is the pool name (409 on a retry).
+  404 and the Nodes deleted; every registered Node of the pool is cordoned (``spec.unschedulable``) when the delete
+  starts, as GKE drains the nodes of a node pool it deletes (the Pods themselves are not evicted: simplified).
+  GKE's only idempotency is the pool name (409 on a retry).
 - Compute: every mutating call honours ``requestId`` (a UUID; the zero UUID is refused): a repeat answers the first
   Operation as it is now and changes nothing. Compute Operation: ``kind``, ``id``, ``name``, ``zone`` URL,
   ``operationType`` (``compute.instanceGroupManagers.resize|createInstances|deleteInstances``,

@@ -16,7 +16,7 @@ from typing import Any
 
 from gangscale.sim.gcp import errors as E
 from gangscale.sim.gcp.faults import GcpFaults
-from gangscale.sim.gcp.nodes import DELETE, READY, REGISTER, NodeAction, node_body
+from gangscale.sim.gcp.nodes import CORDON, DELETE, READY, REGISTER, NodeAction, node_body
 from gangscale.sim.gcp.pools import SLICE, PoolLogic
 from gangscale.sim.gcp.state import (
     ACCEPTED,
@@ -158,6 +158,13 @@ class Engine:
         member.deleting = True
         member.vm.deleting_at = t
         member.vm.gone_at = t + self.faults.vm_delete_seconds if gone_at is None else gone_at
+
+    def cordon(self, vm: Vm, t: float) -> None:
+        """The VM's Node is marked unschedulable: GKE drains every node of a node pool it deletes ("About node
+        pools": "When you delete a node pool, GKE drains all the nodes in the node pool"), and a drain cordons the
+        node before it evicts. Only a registered Node; one still to register is STOPPING and never will."""
+        if vm.registered:
+            self.actions.append(NodeAction(CORDON, vm.name, t))
 
     def remove_vm(self, vm: Vm, t: float) -> None:
         """The VM is gone: out of its MIG, its stock given back, its Node deleted."""

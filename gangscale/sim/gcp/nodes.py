@@ -55,6 +55,8 @@ EFFECTS = {"NO_SCHEDULE": "NoSchedule", "PREFER_NO_SCHEDULE": "PreferNoSchedule"
 REGISTER = "register"
 READY = "ready"
 DELETE = "delete"
+#: Mark the Node unschedulable, as the first step of a drain (GKE drains every node of a node pool it deletes).
+CORDON = "cordon"
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,9 @@ class NodeWorker:
             if action.kind == REGISTER:
                 created = await self.kube.request("POST", NODES_PATH, body=action.body)
                 self._heartbeat(created)
+            elif action.kind == CORDON:
+                await self.kube.request("PATCH", f"{NODES_PATH}/{action.name}", body={"spec": {"unschedulable": True}},
+                                        content_type=STRATEGIC_MERGE_PATCH)
             elif action.kind == READY:
                 if self.kubelets is not None and action.name in self.kubelets:
                     await self.kubelets.post_ready(action.name)

@@ -130,6 +130,8 @@ class PoolLogic:
                 rr.retry_at = rr.fail_at = None
             mig.retry_at = None
             for member in list(mig.members.values()):
+                if member.vm is not None and not member.deleting:
+                    self.engine.cordon(member.vm, t)
                 self.engine.delete_member(mig, member, t, gone_at=op.min_done)
         op.due = op.min_done
         return op

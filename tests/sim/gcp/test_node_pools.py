@@ -223,6 +223,9 @@ async def test_delete_stops_the_pool_then_it_is_gone_with_its_nodes(gcp: FakeGcp
     assert (await client.pool("cpu"))["status"] == "STOPPING"
     instances = (await client.post(f"{mig}/listManagedInstances")).body["managedInstances"]
     assert {(i["currentAction"], i["instanceStatus"]) for i in instances} == {("DELETING", "STOPPING")}
+    await gcp.settle()
+    # GKE drains the nodes of a node pool it deletes: a drain cordons first, so nothing new lands on them.
+    assert {bool((n.get("spec") or {}).get("unschedulable")) for n in (await nodes(http)).values()} == {True}
     await clock.advance(45)
     assert (await client.op(resp.body["name"]))["status"] == "DONE"
     assert (await client.get(f"{POOLS}/cpu")).status == 404
