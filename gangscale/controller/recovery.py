@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
+from gangscale.controller.actuator import NotLeader
 from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.reconcile import Release, node_names
 from gangscale.controller.logic.record import OBTAINED
@@ -96,6 +97,9 @@ async def release_orphans(view: ClusterView, known: set[str], release: ReleaseUn
                     len(units), pool, claim)
         try:
             await release(pool, sorted(units), claim)
+        except NotLeader as exc:  # the lease was lost meanwhile: the next leader finds the same orphans
+            log.warning("could not release orphaned units of pool %s: %s", pool, exc)
+            return
         except ProviderError as exc:  # a classified failure (transient, fenced, refused): no traceback
             log.warning("could not release orphaned units of pool %s: %s", pool, exc)
         except Exception:
