@@ -101,7 +101,7 @@ class Core:
         self.passing = False
         self.plans: dict[str, dict[str, Any]] = {}
         self.removals = Removals(view, self.pools, self.index, actuator, settings=s, metrics=metrics,
-                                     ledger=self.ledger, spawn=self.spawn)
+                                 ledger=self.ledger, spawn=self.spawn)
         self.writer = StatusWriter(self.states, self.sources, effects, self.queue, self.index, settings=s,
                                    clock=clock, metrics=metrics, spawn=self.spawn, forget=self.forget)
 
