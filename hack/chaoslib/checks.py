@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaoslib.observe import History, condition, gang_uid, is_true, node_pool, node_ready, request_claims
+from chaoslib.observe import NS, History, condition, gang_uid, is_true, node_pool, node_ready, request_claims
 from chaoslib.plan import Gang
 from chaoslib.procs import LOST_LEASE, Start
 
@@ -157,7 +157,11 @@ def leadership(log: Iterable[JSON], lease_seconds: float,
             f"{entry['verb']} {entry['resource']}{'/' + entry['subresource'] if entry.get('subresource') else ''}" \
             f" {entry.get('name') or ''}".rstrip()
         if entry.get("resource") == "leases":
-            leases.append((_when(entry), identity))
+            # Only the leader Lease's writes are leadership; the simulated kubelets' node Leases (kube-node-lease,
+            # written with the cloud's user agent) are heartbeats, like their node status posts (found by seed 10742:
+            # a paused standby's kubelets renewing node Leases read as that standby taking the lead).
+            if program == "gangscale" and entry.get("namespace", NS) == NS:
+                leases.append((_when(entry), identity))
         elif program == "gangscale" or (entry.get("resource") == "nodes" and not entry.get("subresource")):
             # The cloud's node creates and deletes are provider calls; its kubelet's status updates are not.
             changes.append((_when(entry), identity, what))

@@ -89,14 +89,16 @@ def test_during_the_run(events: Events, expected: list[str]) -> None:
     assert during_run(events.history, GANGS) == expected
 
 
-def entry(at: float, agent: str, verb: str, resource: str, status: int = 200, subresource: str = "") -> JSON:
+def entry(at: float, agent: str, verb: str, resource: str, status: int = 200, subresource: str = "",
+          namespace: str = "default") -> JSON:
     seconds = f"{at:09.6f}"
     return {"time": f"2026-11-26T10:00:{seconds}+00:00", "userAgent": agent, "verb": verb, "resource": resource,
-            "name": "x", "subresource": subresource, "status": status}
+            "name": "x", "subresource": subresource, "status": status, "namespace": namespace}
 
 
 R1, R2 = "gangscale/1.0 (r1)", "gangscale/1.0 (r2)"
 CLOUD1 = "gangscale-simulated-cloud/1.0 (r1)"
+CLOUD2 = "gangscale-simulated-cloud/1.0 (r2)"
 LEADERSHIP: list[tuple[str, list[JSON], list[str]]] = [
     ("within-the-lease", [entry(1, R1, "update", "leases"), entry(2, R1, "patch", "provisioningrequests",
                                                                  subresource="status"),
@@ -111,6 +113,10 @@ LEADERSHIP: list[tuple[str, list[JSON], list[str]]] = [
     ("after-a-usurper", [entry(1, R1, "update", "leases"), entry(1.5, R2, "update", "leases"),
                          entry(2, R1, "patch", "provisioningrequests")],
      ["r1 made 'patch provisioningrequests x' after r2 had taken the lease"]),
+    # Seed 10742: a paused standby's simulated kubelets renewing their node Leases are not a leader taking over.
+    ("a-kubelets-node-lease-is-not-leadership", [entry(1, R1, "update", "leases"),
+                                                 entry(1.5, CLOUD2, "create", "leases", namespace="kube-node-lease"),
+                                                 entry(2, CLOUD1, "delete", "nodes")], []),
     ("a-refused-request-changed-nothing", [entry(1, R1, "update", "leases"), entry(1.5, R2, "update", "leases"),
                                            entry(2, CLOUD1, "create", "nodes", 409)], []),
 ]
@@ -120,10 +126,10 @@ LEADERSHIP: list[tuple[str, list[JSON], list[str]]] = [
 def test_leadership(log: list[JSON], expected: list[str]) -> None:
     judged = leadership(log, 2.0)
     assert judged.problems == expected and judged.late_after_pause == 0
-    # Judged: every change but the Lease's own and the simulated kubelet's node status posts.
-    assert judged.judged == sum(1 for e in log if e["status"] < 300 and (
-        (e["resource"] != "leases" and e["userAgent"] != CLOUD1)
-        or (e["userAgent"] == CLOUD1 and not e["subresource"])))
+    # Judged: every change but Leases and the simulated kubelets' node status posts.
+    clouds = (CLOUD1, CLOUD2)
+    assert judged.judged == sum(1 for e in log if e["status"] < 300 and e["resource"] != "leases" and (
+        e["userAgent"] not in clouds or not e["subresource"]))
 
 
 LATE = [entry(1, R1, "update", "leases"), entry(3.5, R1, "patch", "provisioningrequests", subresource="status")]
