@@ -235,8 +235,7 @@ class Core:
         self.removals.idle.mark(unit for node in nodes if (unit := self.view.unit_of(node)) is not None)
 
     def touch_tokens(self, tokens: Iterable[str]) -> None:
-        for token in tokens:
-            self.touch_nodes(self.view.nodes_of(token))
+        self.touch_claims(map(self.view.claim, tokens))
 
     def touch_claims(self, claims: Iterable[str]) -> None:
         for claim in claims:

@@ -110,12 +110,13 @@ def obtained_nodes_seen(st: RequestState, view: ClusterView) -> bool:
     return all(name in view.nodes for got in st.obtained.values() for name in got.node_names)
 
 
-def units_of(view: ClusterView, pools: Mapping[str, NodePool], in_flight_claims: set[str],
-             released: set[str]) -> Units:
+def units_of(view: ClusterView, pools: Mapping[str, NodePool], coming_up: set[str], going: set[str]) -> Units:
+    """The pools' units; broken ones are those missing hosts whose claim is not coming up (``Ledger.coming_up_claims``)
+    and that are not going already (``Ledger.going_units``)."""
     by_pool = view.units(pools)
     broken = broken_units(pools, by_pool, lambda node: view.nodes[node].unit is not None,
-                          lambda node: view.nodes[node].claim in in_flight_claims)
-    return Units(by_pool, {unit: nodes for unit, nodes in broken.items() if unit not in released})
+                          lambda node: view.nodes[node].claim in coming_up)
+    return Units(by_pool, {unit: nodes for unit, nodes in broken.items() if unit not in going})
 
 
 def planning_snapshot(pools: Mapping[str, NodePool], view: ClusterView, units: Units, holdings: Iterable[Holding],
