@@ -25,7 +25,7 @@ from gangscale.controller.logic.holdings import held
 from gangscale.controller.logic.planinput import planning_snapshot, rebook, units_of
 from gangscale.controller.logic.request import Phase, RequestState, phase
 from gangscale.controller.logic.settings import Settings
-from gangscale.controller.logic.view import ClusterView, PodInfo, pod_key
+from gangscale.controller.logic.view import ClusterView, PodInfo, parse_pod, pod_key
 from gangscale.controller.report import request_document
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import NODES, PODS, PODTEMPLATES, PROVREQS
@@ -34,6 +34,7 @@ from gangscale.model.gang import Gang
 from gangscale.model.snapshot import Snapshot
 from gangscale.planner import plan
 from gangscale.sources.provreq import CHECK_CAPACITY_CLASSES, PodSetError, build_gang, parse
+from gangscale.sources.raycluster import worker_pod
 from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
@@ -94,9 +95,10 @@ async def offline_document(http: KubeHTTP, pool_file: PoolFile, key: str, now: f
                              f"(it serves {', '.join(settings.classes)})")
     view = ClusterView()
     for node in await list_all(http, NODES):
-        view.apply_node(str((node.get("metadata") or {}).get("name", "")), node)
+        view.apply_node(str((node.get("metadata") or {}).get("name", "")), view.node_record(node))
     for pod in await list_all(http, PODS):
-        view.apply_pod(pod_key(pod), pod)
+        view.apply_pod(pod_key(pod), parse_pod(pod))
+        view.apply_worker(pod_key(pod), worker_pod(pod))
     templates = {(str(t["metadata"].get("namespace", "")), str(t["metadata"].get("name", ""))): t
                  for t in await list_all(http, PODTEMPLATES)}
     states = {st.key: st for st in (new_state(parse(obj)) for obj in await list_all(http, PROVREQS))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from gangscale.kube.reflector import Reflector
 from gangscale.timefmt import rfc3339
@@ -33,7 +33,7 @@ class Leadership(Protocol):
         ...
 
 
-def stale_watches(reflectors: Iterable[Reflector], bound: float) -> list[str]:
+def stale_watches(reflectors: Iterable[Reflector[Any]], bound: float) -> list[str]:
     """Why a cache the decisions read is stale: a reflector that stopped, or has failed for longer than ``bound``
     (``--api-unreachable-timeout``) without progress, while the other watches keep the API server's last answer
     fresh, so nothing else would notice."""

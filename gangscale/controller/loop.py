@@ -33,11 +33,11 @@ from gangscale.controller.demand.registry import demand_sources
 from gangscale.controller.effects import Effects
 from gangscale.controller.health import Leadership, liveness, readiness, stale_watches
 from gangscale.controller.logic.settings import Settings
-from gangscale.controller.logic.view import ClusterView
+from gangscale.controller.logic.view import BOUND_PODS, ClusterView, NodeInfo, PodInfo, parse_pod
 from gangscale.controller.passes import Changes, apply_changes, run_pass
 from gangscale.controller.startup import recover, start_provider
 from gangscale.controller.tasks import Tasks
-from gangscale.kube.reflector import Reflector, ReflectorEvent, object_key, slim_node, strip_managed_fields
+from gangscale.kube.reflector import Reflector, ReflectorEvent
 from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP
 from gangscale.kube.writes import EventRecorder
@@ -45,6 +45,7 @@ from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import NodePoolProvider
+from gangscale.sources.raycluster import WORKER_PODS, RayWorker, worker_pod
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +74,21 @@ class Controller:
                          claim=provider.claim, settings=s, policy=policy or Policy(), clock=self.clock,
                          metrics=self.metrics, hooks=Hooks(self.wakeup.set, self.tasks.run_background))
         self.core.add_sources(demand_sources(http, self.core))
-        self.nodes = Reflector(http, NODES, transform=slim_node)
-        self.pods = Reflector(http, PODS, transform=strip_managed_fields)
+        # Records, not objects (the view's module docstring): what a decision reads of each node and pod.
+        self.nodes = Reflector(http, NODES, transform=self.core.view.node_record)
+        self.pods = Reflector(http, PODS, field_selector=BOUND_PODS, transform=parse_pod)
         self.nodes.add_handler(self._on_node)
         self.pods.add_handler(self._on_pod)
-        self.reflectors: tuple[Reflector, ...] = (self.nodes, self.pods)
+        self.reflectors: tuple[Reflector[Any], ...] = (self.nodes, self.pods)
         self._changed_nodes: set[str] = set()
         self._changed_pods: set[tuple[str, str]] = set()
+        self._changed_workers: set[tuple[str, str]] = set()
+        #: Ray worker pods, pending ones too (the Ray source counts the replicas that exist): only when Ray is on.
+        self.workers: Reflector[RayWorker] | None = None
+        if s.ray:
+            self.workers = Reflector(http, PODS, label_selector=WORKER_PODS, transform=worker_pod)
+            self.workers.add_handler(self._on_worker)
+            self.reflectors += (self.workers,)
         self._settled = asyncio.Event()
         #: Every reflector has listed (a standby replica is synced but not ready to act).
         self.synced = self.ready = False
@@ -92,12 +101,16 @@ class Controller:
         self.wakeup.set()
         self._settled.set()
 
-    def _on_node(self, event: ReflectorEvent) -> None:
-        self._changed_nodes.add(str((event.obj.get("metadata") or {}).get("name", "")))
+    def _on_node(self, event: ReflectorEvent[NodeInfo]) -> None:
+        self._changed_nodes.add(event.key[1])
         self.wakeup.set()
 
-    def _on_pod(self, event: ReflectorEvent) -> None:
-        self._changed_pods.add(object_key(event.obj))
+    def _on_pod(self, event: ReflectorEvent[PodInfo]) -> None:
+        self._changed_pods.add(event.key)
+        self.wakeup.set()
+
+    def _on_worker(self, event: ReflectorEvent[RayWorker]) -> None:
+        self._changed_workers.add(event.key)
         self.wakeup.set()
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
@@ -169,8 +182,9 @@ class Controller:
     def _changes(self) -> Changes:
         nodes, self._changed_nodes = self._changed_nodes, set()
         pods, self._changed_pods = self._changed_pods, set()
-        return Changes({name: self.nodes.get("", name) for name in nodes},
-                       {key: self.pods.get(*key) for key in pods})
+        workers, self._changed_workers = self._changed_workers, set()
+        return Changes({name: self.nodes.get("", name) for name in nodes}, {key: self.pods.get(*key) for key in pods},
+                       {key: self.workers.get(*key) for key in workers} if self.workers is not None else {})
 
     def _start(self, effects: list[Effect]) -> None:
         for effect in effects:

@@ -40,6 +40,7 @@ from gangscale.controller.logic.planinput import (
 from gangscale.controller.logic.reconcile import Actions, Context, reconcile
 from gangscale.controller.logic.request import Phase, RequestState, phase
 from gangscale.controller.logic.scaleup import decided
+from gangscale.controller.logic.view import NodeInfo, PodInfo
 from gangscale.controller.outcomes import act
 from gangscale.controller.report import record_plans
 from gangscale.controller.tasks import Then
@@ -47,6 +48,7 @@ from gangscale.model.decision import Decision
 from gangscale.model.gang import Gang
 from gangscale.model.snapshot import Snapshot
 from gangscale.planner import plan
+from gangscale.sources.raycluster import RayWorker
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +56,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Changes:
-    """What the reflectors saw change since the last pass, by name (the objects are read from their caches)."""
+    """What the reflectors saw change since the last pass, by name, with their records now (read from the caches).
+    None: gone (or, for a pod, no longer bound and running)."""
 
-    #: Node name -> its object now (None: deleted).
-    nodes: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-    #: (namespace, name) -> the pod now (None: deleted).
-    pods: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+    nodes: dict[str, NodeInfo | None] = field(default_factory=dict)
+    pods: dict[tuple[str, str], PodInfo | None] = field(default_factory=dict)
+    #: Ray worker pods, bound or not (watched only when Ray demand is on).
+    workers: dict[tuple[str, str], RayWorker | None] = field(default_factory=dict)
 
 
 def run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]], now: float) -> list[Effect]:
@@ -149,6 +152,8 @@ def apply_changes(core: Core, changes: Changes) -> None:
         touched = core.view.apply_pod(key, pod)
         core.queue.mark_all(k for k in touched.consumers if k in core.states)
         core.removals.idle.mark(touched.units)
+    for key, worker in changes.workers.items():
+        core.view.apply_worker(key, worker)
 
 
 def settle(core: Core, now: float) -> None:

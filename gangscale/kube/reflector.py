@@ -20,7 +20,11 @@ The loop, and why each step is there:
    new watch from the same resourceVersion. A watch that ends at once without any event also backs off,
    so a misbehaving server cannot make us spin.
    Other errors (403, 400...) back off and re-list.
-6. Health (:meth:`Reflector.trouble`): the time since the reflector last made progress (a list done, a watch
+6. Records, not objects (client-go's ``SetTransform``, taken further): ``transform`` turns each object, as it
+   arrives, into what the consumer keeps — a compact record, or None for an object it does not keep (treated as
+   absent). The raw JSON of a page or an event is dropped once transformed. Events are emitted only when the record
+   changed: a pod whose kubelet rewrote its status without changing what the controller reads wakes nobody.
+7. Health (:meth:`Reflector.trouble`): the time since the reflector last made progress (a list done, a watch
    accepted, an event or bookmark) while it keeps failing, and whether its task has ended. The controller stops
    deciding when a cache goes stale this way: everything else keeps answering, so nothing else would notice.
 """
@@ -33,7 +37,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from gangscale.kube.errors import ApiError, WatchExpired
 from gangscale.kube.transport import KubeHTTP, Resource
@@ -44,13 +48,17 @@ Key = tuple[str, str]
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+#: What a reflector keeps of each object (the raw JSON when it has no transform).
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class ReflectorEvent:
+class ReflectorEvent(Generic[T]):
     type: str  # ADDED | MODIFIED | DELETED
-    obj: JSON
-    old: JSON | None = None
+    obj: T  # DELETED: the last record kept
+    old: T | None = None
+    #: (namespace, name) of the object: a record need not carry its name.
+    key: Key = ("", "")
 
 
 def object_key(obj: JSON) -> Key:
@@ -58,15 +66,21 @@ def object_key(obj: JSON) -> Key:
     return (meta.get("namespace", "") or "", meta.get("name", ""))
 
 
-class Reflector:
+def as_json(obj: JSON) -> JSON:
+    """The object as the server sent it: the transform of a reflector that keeps whole objects."""
+    return obj
+
+
+class Reflector(Generic[T]):
+    # mypy cannot type a default for a TypeVar'd parameter: without a transform, T is JSON.
     def __init__(self, http: KubeHTTP, resource: Resource, *, namespace: str | None = None,
                  label_selector: str | None = None, field_selector: str | None = None,
                  watch_timeout: float = 300.0, page_size: int = 500, backoff: Backoff | None = None,
                  sleep: Sleep = asyncio.sleep, rng: random.Random | None = None,
-                 transform: Callable[[JSON], JSON] | None = None) -> None:
+                 transform: Callable[[JSON], T | None] = as_json) -> None:  # type: ignore[assignment]
         self.http = http
-        #: Applied to every object before it is cached and handed on (client-go's ``SetTransform``): a
-        #: controller keeps only what it reads.
+        #: Applied to every object as it arrives, before it is cached and handed on: what the consumer keeps of it
+        #: (None: nothing, the object is treated as absent).
         self.transform = transform
         self.resource = resource
         self.namespace = namespace
@@ -80,7 +94,7 @@ class Reflector:
         self._delivered = False
         self.rng = rng or random.Random()
         self._sleep = sleep
-        self.cache: dict[Key, JSON] = {}
+        self.cache: dict[Key, T] = {}
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.lists = 0
@@ -88,8 +102,8 @@ class Reflector:
         #: A fresh list asked for (:meth:`relist`), and set after every list.
         self._relist_wanted = asyncio.Event()
         self._listed = asyncio.Event()
-        self._subscribers: list[asyncio.Queue[ReflectorEvent]] = []
-        self._handlers: list[Callable[[ReflectorEvent], None]] = []
+        self._subscribers: list[asyncio.Queue[ReflectorEvent[T]]] = []
+        self._handlers: list[Callable[[ReflectorEvent[T]], None]] = []
         #: Monotonic time of the first failure since the last progress (None: not failing), and why.
         self.failing_since: float | None = None
         self.failure = ""
@@ -117,21 +131,21 @@ class Reflector:
 
     # --- consumers -----------------------------------------------------------------------------------
 
-    def subscribe(self) -> asyncio.Queue[ReflectorEvent]:
-        q: asyncio.Queue[ReflectorEvent] = asyncio.Queue()
+    def subscribe(self) -> asyncio.Queue[ReflectorEvent[T]]:
+        q: asyncio.Queue[ReflectorEvent[T]] = asyncio.Queue()
         self._subscribers.append(q)
         return q
 
-    def add_handler(self, handler: Callable[[ReflectorEvent], None]) -> None:
+    def add_handler(self, handler: Callable[[ReflectorEvent[T]], None]) -> None:
         self._handlers.append(handler)
 
-    def get(self, namespace: str, name: str) -> JSON | None:
+    def get(self, namespace: str, name: str) -> T | None:
         return self.cache.get((namespace, name))
 
-    def items(self) -> list[JSON]:
+    def items(self) -> list[T]:
         return [self.cache[k] for k in sorted(self.cache)]
 
-    def _emit(self, ev: ReflectorEvent) -> None:
+    def _emit(self, ev: ReflectorEvent[T]) -> None:
         for q in self._subscribers:
             q.put_nowait(ev)
         for h in self._handlers:
@@ -210,35 +224,60 @@ class Reflector:
             raise watch.exception()  # type: ignore[misc]
 
     async def _list(self) -> None:
-        items: list[JSON] = []
-        token: str | None = None
+        """One paged LIST into a fresh cache. Each page is transformed as it arrives, so only one page of raw JSON
+        is held at a time, and the next page is asked for while this one is transformed (client-go's pager buffers
+        pages the same way): the server builds page n+1 while the records of page n are made."""
+        fresh: dict[Key, T] = {}
+        query = {**self._selectors(), "limit": self.page_size}
+        page = await self.http.request("GET", self.resource.path(self.namespace), query=query)
         while True:
-            page = await self.http.request("GET", self.resource.path(self.namespace), query={
-                **self._selectors(), "limit": self.page_size, "continue": token})
-            found = page.get("items") or []
-            items.extend(found if self.transform is None else map(self.transform, found))
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
-            if token is None:
-                rv = str(meta.get("resourceVersion", ""))
-                break
+            following = None if token is None else asyncio.ensure_future(self.http.request(
+                "GET", self.resource.path(self.namespace), query={**query, "continue": token}))
+            try:
+                self._keep(fresh, page.get("items") or ())
+                del page
+                if following is None:
+                    rv = str(meta.get("resourceVersion", ""))
+                    break
+                page = await following
+            except BaseException:
+                if following is not None:
+                    following.cancel()
+                    await asyncio.gather(following, return_exceptions=True)
+                raise
         self.lists += 1
-        self._replace(items, rv)
+        self._replace(fresh, rv)
         self.backoff.reset()
         self._progress()
         self.synced.set()
 
-    def _replace(self, items: list[JSON], rv: str) -> None:
-        fresh = {object_key(o): o for o in items}
-        for key in sorted(set(self.cache) - set(fresh)):
-            self._emit(ReflectorEvent("DELETED", self.cache.pop(key)))
-        for key, obj in sorted(fresh.items()):
+    def _keep(self, fresh: dict[Key, T], items: Any) -> None:
+        for obj in items:
+            record = self._record(obj)
+            if record is not None:
+                fresh[object_key(obj)] = record
+
+    def _record(self, obj: JSON) -> T | None:
+        """The transform's record of ``obj``; an object the transform fails on is logged and not kept, so one bad
+        object cannot stop the cache of every other."""
+        try:
+            return self.transform(obj)
+        except Exception:
+            log.exception("reflector %s: cannot read %s/%s; not kept", self.resource.plural, *object_key(obj))
+            return None
+
+    def _replace(self, fresh: dict[Key, T], rv: str) -> None:
+        for key in sorted(self.cache.keys() - fresh.keys()):
+            self._emit(ReflectorEvent("DELETED", self.cache.pop(key), key=key))
+        for key, record in sorted(fresh.items(), key=_by_key):
             old = self.cache.get(key)
-            self.cache[key] = obj
+            self.cache[key] = record
             if old is None:
-                self._emit(ReflectorEvent("ADDED", obj))
-            elif _rv(old) != _rv(obj):
-                self._emit(ReflectorEvent("MODIFIED", obj, old))
+                self._emit(ReflectorEvent("ADDED", record, key=key))
+            elif old != record:
+                self._emit(ReflectorEvent("MODIFIED", record, old, key=key))
         self.resource_version = rv
 
     async def _watch_until_expired(self) -> None:
@@ -285,19 +324,23 @@ class Reflector:
         if etype == "BOOKMARK":
             self.resource_version = rv or self.resource_version
             return
-        if self.transform is not None:
-            obj = self.transform(obj)
-        key = object_key(obj)
-        old = self.cache.get(key)
-        if etype == "DELETED":
-            self.cache.pop(key, None)
-            self._emit(ReflectorEvent("DELETED", obj, old))
-        elif etype in ("ADDED", "MODIFIED"):
-            self.cache[key] = obj
-            self._emit(ReflectorEvent("MODIFIED" if old is not None else "ADDED", obj, old))
-        else:
+        if etype not in ("ADDED", "MODIFIED", "DELETED"):
             log.warning("reflector %s: unknown watch event type %r", self.resource.plural, etype)
             return
+        key = object_key(obj)
+        record = self._record(obj)
+        old = self.cache.get(key)
+        if etype == "DELETED" or record is None:
+            if old is not None:
+                del self.cache[key]
+                # The object's last state where the consumer keeps something of it, else what it kept before.
+                self._emit(ReflectorEvent("DELETED", record if record is not None else old, old, key=key))
+        elif old is None:
+            self.cache[key] = record
+            self._emit(ReflectorEvent("ADDED", record, key=key))
+        elif old != record:
+            self.cache[key] = record
+            self._emit(ReflectorEvent("MODIFIED", record, old, key=key))
         if rv:
             self.resource_version = rv
 
@@ -311,14 +354,5 @@ def strip_managed_fields(obj: JSON) -> JSON:
     return obj
 
 
-def slim_node(obj: JSON) -> JSON:
-    """A Node as a controller keeps it: without managedFields and the list of images on it (neither is read; on a
-    real node the image list is often most of the object)."""
-    status = obj.get("status")
-    if isinstance(status, dict):
-        status.pop("images", None)
-    return strip_managed_fields(obj)
-
-
-def _rv(obj: JSON) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+def _by_key(item: tuple[Key, Any]) -> Key:
+    return item[0]

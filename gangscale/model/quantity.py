@@ -11,6 +11,7 @@ storage, devices for extended resources). :func:`canonical` does that conversion
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -80,7 +81,21 @@ def canonical(resource: str, value: object) -> int:
 
     CPU becomes millicores and anything else whole units, rounding up as ``MilliValue``/``Value`` do.
     Extended resources must be whole numbers, as the API server's validation demands.
+
+    Remembered for the last few thousand (resource, value) pairs: a cluster's pods repeat a handful of quantities,
+    and exact parsing (``Fraction``) was most of the cost of reading a pod's requests.
     """
+    if isinstance(value, str | int | float):
+        return _canonical(resource, value)
+    return _canonical_uncached(resource, value)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True and 1 are different inputs (a bool is refused)
+def _canonical(resource: str, value: object) -> int:
+    return _canonical_uncached(resource, value)
+
+
+def _canonical_uncached(resource: str, value: object) -> int:
     exact = parse_quantity(value)
     if exact < 0:
         raise QuantityError(f"invalid quantity {value!r} for {resource}: must not be negative")

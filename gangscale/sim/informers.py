@@ -98,7 +98,7 @@ class Informers:
         self.store = store
         self.resources = tuple(resources)
         self.guard = guard
-        self._reflectors: dict[StorageKey, Reflector] = {}
+        self._reflectors: dict[StorageKey, Reflector[JSON]] = {}
         self._unserved: dict[StorageKey, ApiError] = {}
         #: The revision of the last committed change of each resource, from the store's listener.
         self._latest: dict[StorageKey, int] = {}
@@ -122,7 +122,7 @@ class Informers:
                     raise
                 self._unserved[self._key(resource)] = exc
                 continue
-            reflector = Reflector(self.http, resource, watch_timeout=WATCH_SECONDS, rng=rng)
+            reflector: Reflector[JSON] = Reflector(self.http, resource, watch_timeout=WATCH_SECONDS, rng=rng)
             self._reflectors[self._key(resource)] = reflector
             self._tasks.append(asyncio.create_task(reflector.run(), name=f"sim informer {resource.plural}"))
         await self.until_current()

@@ -19,6 +19,7 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -175,8 +176,15 @@ class WorkerPod:
     leaving: bool
 
 
-def worker_pod(pod: JSON) -> tuple[tuple[str, str], WorkerPod] | None:
-    """``((namespace, cluster), worker)`` for a Ray worker pod, None for any other pod."""
+#: A Ray worker pod's record: ``((namespace, cluster), worker)``.
+RayWorker = tuple[tuple[str, str], WorkerPod]
+#: The label selector of Ray worker pods, bound or not (:func:`worker_pod` keeps nothing of any other pod).
+WORKER_PODS = f"{NODE_TYPE_LABEL}=worker,{CLUSTER_LABEL}"
+
+
+def worker_pod(pod: JSON) -> RayWorker | None:
+    """``((namespace, cluster), worker)`` for a Ray worker pod, None for any other pod. The transform of the Ray
+    worker pods' reflector."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     cluster = labels.get(CLUSTER_LABEL)
@@ -185,10 +193,11 @@ def worker_pod(pod: JSON) -> tuple[tuple[str, str], WorkerPod] | None:
     name = str(meta.get("name", ""))
     terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
     node = (pod.get("spec") or {}).get("nodeName") or None
-    worker = WorkerPod(name=name, group=str(labels.get(GROUP_LABEL, "")),
-                       replica=str(labels.get(REPLICA_NAME_LABEL) or name), node=str(node) if node else None,
+    worker = WorkerPod(name=name, group=sys.intern(str(labels.get(GROUP_LABEL, ""))),
+                       replica=str(labels.get(REPLICA_NAME_LABEL) or name),
+                       node=sys.intern(str(node)) if node else None,
                        leaving=bool(meta.get("deletionTimestamp")) or terminal)
-    return (str(meta.get("namespace", "")), str(cluster)), worker
+    return (sys.intern(str(meta.get("namespace", ""))), sys.intern(str(cluster))), worker
 
 
 def workers_by_cluster(pods: Iterable[JSON]) -> dict[tuple[str, str], list[WorkerPod]]:

@@ -58,7 +58,7 @@ def test_a_provisioned_slice_whose_host_is_on_its_way_is_not_broken(
         registered: tuple[str, ...], booked: bool, arriving: set[str], broken: dict[str, tuple[str, ...]]) -> None:
     view = ClusterView()
     for name in registered:
-        view.apply_node(name, node(name, "s1"))
+        view.apply_node(name, view.node_record(node(name, "s1")))
     st = provisioned(booked=booked)
     assert phase(st) is (Phase.BOOKED if booked else Phase.PROVISIONING)
     claims = coming_up([st], view)
@@ -68,6 +68,6 @@ def test_a_provisioned_slice_whose_host_is_on_its_way_is_not_broken(
 
 def test_a_slice_left_half_removed_by_nobody_is_still_broken() -> None:
     view = ClusterView()
-    view.apply_node("s9-0", node("s9-0", "s9", token="tok-gone"))
+    view.apply_node("s9-0", view.node_record(node("s9-0", "s9", token="tok-gone")))
     assert dict(units_of(view, {"tpu": replace(TPU)}, coming_up([provisioned()], view), set()).broken) == {
         "s9": ("s9-0",)}

@@ -742,7 +742,7 @@ async def test_s20_deleted_request_nodes_with_pods_stay(tmp_path: Path) -> None:
         await delete(cl, PODS, "worker")
 
         async def pod_gone() -> bool:
-            return not any(p["metadata"]["name"] == "worker" for p in cl.ctl.pods.cache.values())
+            return not any(name == "worker" for _, name in cl.ctl.pods.cache)
         await wait_for(pod_gone)
         await jump(cl, 10 * MINUTE - 1)
         assert await pool_nodes(cl, "gpu") == [node]

@@ -202,7 +202,8 @@ class Table:
                 body = repr(self.source.status(self.core.states[key]))
                 self.results.append((effect.then, Written(key, body)))
         results, self.results = self.results, []
-        self.effects = run_pass(self.core, Changes(nodes=nodes or {}), results, NOW + at)
+        records = {name: None if obj is None else self.core.view.node_record(obj) for name, obj in (nodes or {}).items()}
+        self.effects = run_pass(self.core, Changes(nodes=records), results, NOW + at)
         return sorted(e.name for e in self.effects)
 
     def answer(self, name: str, result: Any) -> None:

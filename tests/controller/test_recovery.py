@@ -24,9 +24,9 @@ def coming_up(name: str, token: str, pool: str) -> dict[str, object]:
 
 def view() -> ClusterView:
     v = ClusterView()
-    v.apply_node("a-0", coming_up("a-0", "orphan-a", "a"))
-    v.apply_node("b-0", coming_up("b-0", "orphan-b", "b"))
-    v.apply_node("k-0", coming_up("k-0", "known", "a"))
+    v.apply_node("a-0", v.node_record(coming_up("a-0", "orphan-a", "a")))
+    v.apply_node("b-0", v.node_record(coming_up("b-0", "orphan-b", "b")))
+    v.apply_node("k-0", v.node_record(coming_up("k-0", "known", "a")))
     return v
 
 

@@ -90,7 +90,7 @@ class DemandSource(Protocol):
     #: The name requests carry in ``Request.source``.
     name: str
 
-    async def start(self) -> list[Reflector]:
+    async def start(self) -> list[Reflector[Any]]:
         """Find out whether the source can run here and return the reflectors it needs (the loop runs them)."""
         ...
 

@@ -75,7 +75,7 @@ class ProvReqSource:
         self.host = host
         self.prs = Reflector(http, PROVREQS, transform=strip_managed_fields)
         self.templates = Reflector(http, PODTEMPLATES, transform=strip_managed_fields)
-        self.workloads: Reflector | None = None
+        self.workloads: Reflector[JSON] | None = None
         self._raycluster = raycluster
         self._parsed: dict[str, ProvReq] = {}
         self._changed: set[Key] = set()
@@ -90,7 +90,7 @@ class ProvReqSource:
 
     # -- start ----------------------------------------------------------------------------------------------------
 
-    async def start(self) -> list[Reflector]:
+    async def start(self) -> list[Reflector[Any]]:
         reflectors = [self.prs, self.templates]
         try:
             found = await self.http.request("GET", f"/apis/{WORKLOADS.group}/{WORKLOADS.version}")
@@ -123,16 +123,16 @@ class ProvReqSource:
 
     # -- changes ----------------------------------------------------------------------------------------------------
 
-    def _on_pr(self, event: ReflectorEvent) -> None:
+    def _on_pr(self, event: ReflectorEvent[JSON]) -> None:
         self._changed.add(object_key(event.obj))
         self.host.wake()
 
-    def _on_template(self, event: ReflectorEvent) -> None:
+    def _on_template(self, event: ReflectorEvent[JSON]) -> None:
         for key in self._by_template.get(object_key(event.obj), ()):
             self.host.mark(key)
         self.host.wake()
 
-    def _on_workload(self, event: ReflectorEvent) -> None:
+    def _on_workload(self, event: ReflectorEvent[JSON]) -> None:
         for key in self._by_workload.get(object_key(event.obj), ()):
             self.host.mark(key)
         self.host.wake()

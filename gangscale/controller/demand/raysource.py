@@ -80,7 +80,7 @@ class RaySource:
     def __init__(self, http: KubeHTTP, host: Host) -> None:
         self.http = http
         self.host = host
-        self.reflector: Reflector | None = None
+        self.reflector: Reflector[JSON] | None = None
         self.gcs = RayGcs(http, host, self._gcs_changed)
         self.gangs: dict[str, RayGang] = {}
         self.forming: dict[str, Forming] = {}
@@ -97,7 +97,7 @@ class RaySource:
 
     # -- start ------------------------------------------------------------------------------------------------------
 
-    async def start(self) -> list[Reflector]:
+    async def start(self) -> list[Reflector[Any]]:
         """The RayCluster reflector, if the API serves ``ray.io/v1`` RayClusters and the source is on."""
         if not self.host.settings.ray:
             return []
@@ -151,7 +151,7 @@ class RaySource:
 
     # -- changes ----------------------------------------------------------------------------------------------------
 
-    def _on_cluster(self, event: ReflectorEvent) -> None:
+    def _on_cluster(self, event: ReflectorEvent[JSON]) -> None:
         meta = event.obj.get("metadata") or {}
         self._changed_objects.add((str(meta.get("namespace", "")), str(meta.get("name", ""))))
         self.host.wake()

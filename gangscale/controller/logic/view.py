@@ -1,5 +1,12 @@
 """Nodes and pods as the controller sees them, kept current one event at a time.
 
+The reflectors keep records, not objects: :func:`parse_node`, :func:`parse_pod` and
+:func:`~gangscale.sources.raycluster.worker_pod` are their transforms, applied to each object as it arrives, so the
+raw JSON of a node or pod is never kept. A record holds what a decision reads and nothing else: a bound pod is its
+node, its requests, whether it is a DaemonSet or mirror pod, and the request it consumes (about 0.3 KiB against
+the 11 KiB of the pod's JSON as Python objects). Strings and resource lists that many records repeat (node names,
+label keys and values, request shapes, namespaces) are shared, not copied (:func:`shared`).
+
 A node or pod that changes is parsed again, and only it: the sum of the requests of the pods on each node, the
 units of each pool, the nodes of each provider token, the consumer pods of each request and the Ray worker pods
 of each cluster are indices updated by that one change. So the work per event does not grow with the size of
@@ -12,6 +19,7 @@ that depend on it.
 from __future__ import annotations
 
 import logging
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -25,7 +33,7 @@ from gangscale.model.scheduling import SpecError, Taint
 from gangscale.model.snapshot import NodeState
 from gangscale.providers.base import NodeRef, labelled_node, same_token
 from gangscale.sources.provreq import consumed_pr
-from gangscale.sources.raycluster import WorkerPod, worker_pod
+from gangscale.sources.raycluster import RayWorker, WorkerPod
 from gangscale.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
@@ -80,20 +88,80 @@ class Touched:
     clusters: set[tuple[str, str]] = field(default_factory=set)
 
 
+#: The field selector of the pods that take room on nodes: bound and not terminated, as the cluster-autoscaler
+#: watches them. Pending pods take nothing from nodes and are not listed at all; a pod that succeeds or fails leaves
+#: the selection, and the API server's watch reports it as DELETED.
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+#: Resource lists kept shared: pods of one job request the same, so their records hold one object. Bounded, so that
+#: a cluster of pods all different cannot grow it without limit (past it, a record keeps its own copy).
+_SHARED_REQUESTS: dict[ResourceList, ResourceList] = {}
+SHARED_REQUESTS_MAX = 10_000
+
+
+def shared(text: str) -> str:
+    """One string object for every equal string (node names, namespaces, label keys and values)."""
+    return sys.intern(text)
+
+
+def shared_requests(requests: ResourceList) -> ResourceList:
+    found = _SHARED_REQUESTS.get(requests)
+    if found is not None:
+        return found
+    if len(_SHARED_REQUESTS) < SHARED_REQUESTS_MAX:
+        _SHARED_REQUESTS[requests] = requests
+    return requests
+
+
+def requests_of(spec: JSON) -> ResourceList:
+    """:func:`~gangscale.model.pod.pod_requests`, remembered by the resource fields it reads: the pods of one job
+    ask for the same, and reading quantities was most of the cost of a pod's record. A spec whose fields cannot be a
+    key (malformed) is read directly, so its error is reported as before."""
+    try:
+        key = _requests_key(spec)
+        found = _REQUESTS_OF.get(key)
+    except (TypeError, AttributeError):
+        return pod_requests(spec)
+    if found is None:
+        found = shared_requests(pod_requests(spec))
+        if len(_REQUESTS_OF) < SHARED_REQUESTS_MAX:
+            _REQUESTS_OF[key] = found
+    return found
+
+
+def _requests_key(spec: JSON) -> tuple[Any, ...]:
+    """Everything :func:`~gangscale.model.pod.pod_requests` reads, as a hashable value."""
+    return (tuple(_resources_key(c) for c in spec.get("containers") or ()),
+            tuple((_resources_key(c), c.get("restartPolicy")) for c in spec.get("initContainers") or ()),
+            _resources_key(spec), _items(spec.get("overhead")))
+
+
+def _resources_key(holder: JSON) -> tuple[Any, ...]:
+    resources = holder.get("resources") or {}
+    return _items(resources.get("requests")), _items(resources.get("limits"))
+
+
+def _items(mapping: Any) -> tuple[Any, ...]:
+    return tuple(mapping.items()) if mapping else ()
+
+
+_REQUESTS_OF: dict[tuple[Any, ...], ResourceList] = {}
+
+
 def pod_key(obj: JSON) -> PodKey:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 def parse_pod(pod: JSON) -> PodInfo | None:
-    """A bound, non-terminated pod; None for any other (pending pods take nothing from nodes)."""
+    """The record of a bound, non-terminated pod; None for any other (pending pods take nothing from nodes).
+    The transform of the pods reflector."""
     spec = pod.get("spec") or {}
     node = spec.get("nodeName")
     if not node or (pod.get("status") or {}).get("phase") in TERMINATED:
         return None
     meta = pod.get("metadata") or {}
     try:
-        requests = pod_requests(spec)
+        requests = requests_of(spec)
     except (SpecError, QuantityError) as exc:
         log.warning("pod %s/%s: cannot read its requests (%s); counting none", meta.get("namespace"),
                     meta.get("name"), exc)
@@ -102,7 +170,7 @@ def parse_pod(pod: JSON) -> PodInfo | None:
     daemon = any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners) or \
         MIRROR_ANNOTATION in (meta.get("annotations") or {})
     pr = consumed_pr(pod)
-    return PodInfo(str(node), requests, daemon, f"{meta.get('namespace', '')}/{pr}" if pr else None)
+    return PodInfo(shared(str(node)), requests, daemon, shared(f"{meta.get('namespace', '')}/{pr}") if pr else None)
 
 
 Classify = Callable[[str, Mapping[str, str]], NodeRef | None]
@@ -110,20 +178,21 @@ Classify = Callable[[str, Mapping[str, str]], NodeRef | None]
 
 def parse_node(node: JSON, classify: Classify = labelled_node) -> NodeInfo | None:
     """The node as the planner sees it, with no pods yet (the view adds their requests); ``classify`` is the
-    provider's ``node_ref``."""
+    provider's ``node_ref``. The transform of the nodes reflector (:meth:`ClusterView.node_record`): images,
+    addresses, heartbeats and the rest of the object are not kept."""
     meta = node.get("metadata") or {}
     status = node.get("status") or {}
     spec = node.get("spec") or {}
-    name = str(meta.get("name", ""))
+    name = shared(str(meta.get("name", "")))
     try:
-        allocatable = ResourceList.parse(status.get("allocatable"), f"node {name} status.allocatable")
+        allocatable = shared_requests(ResourceList.parse(status.get("allocatable"), f"node {name} status.allocatable"))
         taints = tuple(Taint.parse(t, f"node {name} spec.taints[{i}]") for i, t in enumerate(spec.get("taints") or []))
     except (SpecError, QuantityError) as exc:
         log.warning("node %s is unusable for planning: %s", name, exc)
         return None
     readiness = _readiness(status.get("conditions"))
     ready = readiness.status == "True"
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    labels = {shared(str(k)): shared(str(v)) for k, v in (meta.get("labels") or {}).items()}
     deleting = bool(meta.get("deletionTimestamp"))
     state = NodeState(name=name, allocatable=allocatable, labels=labels, taints=taints,
                       ready=ready and not deleting, unschedulable=bool(spec.get("unschedulable")))
@@ -167,7 +236,12 @@ class ClusterView:
 
     # -- changes ----------------------------------------------------------------------------------------------------
 
-    def apply_node(self, name: str, obj: JSON | None) -> Touched:
+    def node_record(self, obj: JSON) -> NodeInfo | None:
+        """The nodes reflector's transform: :func:`parse_node` with this view's provider."""
+        return parse_node(obj, self.classify)
+
+    def apply_node(self, name: str, info: NodeInfo | None) -> Touched:
+        """The node's record now (:meth:`node_record`; None: gone or unusable)."""
         touched = Touched(nodes={name})
         old = self.nodes.pop(name, None)
         if old is not None:
@@ -175,7 +249,6 @@ class ClusterView:
             touched.units.add(old.unit or name)
             if old.claim:
                 touched.claims.add(old.claim)
-        info = parse_node(obj, self.classify) if obj is not None else None
         if info is not None:
             info = replace(info, state=replace(info.state, requested=self.requested.get(name, EMPTY)))
             self.nodes[name] = info
@@ -186,16 +259,15 @@ class ClusterView:
         self.version += 1
         return touched
 
-    def apply_pod(self, key: PodKey, obj: JSON | None) -> Touched:
+    def apply_pod(self, key: PodKey, info: PodInfo | None) -> Touched:
+        """The bound pod's record now (:func:`parse_pod`; None: gone, terminated or not bound)."""
         touched = Touched()
         old = self.pods.pop(key, None)
         if old is not None:
             self._unbind(key, old, touched)
-        info = parse_pod(obj) if obj is not None else None
         if info is not None:
             self.pods[key] = info
             self._bind(key, info, touched)
-        self._apply_worker(key, obj, touched)
         if old is not None or info is not None:
             self.version += 1
         return touched
@@ -320,7 +392,10 @@ class ClusterView:
         if info_node is not None:
             self.nodes[node] = replace(info_node, state=replace(info_node.state, requested=total))
 
-    def _apply_worker(self, key: PodKey, obj: JSON | None, touched: Touched) -> None:
+    def apply_worker(self, key: PodKey, found: RayWorker | None) -> Touched:
+        """The Ray worker pod's record now (:func:`~gangscale.sources.raycluster.worker_pod`, bound or not; None:
+        gone)."""
+        touched = Touched()
         cluster = self._worker_of.pop(key, None)
         if cluster is not None:
             workers = self.workers.get(cluster)
@@ -329,10 +404,10 @@ class ClusterView:
                 if not workers:
                     del self.workers[cluster]
             touched.clusters.add(cluster)
-        found = worker_pod(obj) if obj is not None else None
         if found is not None:
             cluster, worker = found
             self.workers[cluster][key] = worker
             self._worker_of[key] = cluster
             touched.clusters.add(cluster)
         self._changed_clusters |= touched.clusters
+        return touched
