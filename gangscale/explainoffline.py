@@ -33,7 +33,14 @@ from gangscale.kube.transport import KubeHTTP, Resource
 from gangscale.model.gang import Gang
 from gangscale.model.snapshot import Snapshot
 from gangscale.planner import plan
-from gangscale.sources.provreq import CHECK_CAPACITY_CLASSES, PodSetError, build_gang, parse
+from gangscale.sources.provreq import (
+    CHECK_CAPACITY_CLASSES,
+    PodSetError,
+    TemplateDemand,
+    build_gang,
+    parse,
+    template_demand,
+)
 from gangscale.sources.raycluster import worker_pod
 from gangscale.timefmt import rfc3339
 
@@ -49,7 +56,7 @@ class NotExplainable(Exception):
 class Templates:
     """The gang of a request from the listed PodTemplates (``planinput.GangSource``, as the PR source is)."""
 
-    def __init__(self, templates: Mapping[tuple[str, str], JSON], view: ClusterView) -> None:
+    def __init__(self, templates: Mapping[tuple[str, str], TemplateDemand], view: ClusterView) -> None:
         self.templates, self.view = templates, view
 
     def gang(self, st: RequestState, *, may_scale: bool | None = None) -> Gang | str | None:
@@ -99,7 +106,7 @@ async def offline_document(http: KubeHTTP, pool_file: PoolFile, key: str, now: f
     for pod in await list_all(http, PODS):
         view.apply_pod(pod_key(pod), parse_pod(pod))
         view.apply_worker(pod_key(pod), worker_pod(pod))
-    templates = {(str(t["metadata"].get("namespace", "")), str(t["metadata"].get("name", ""))): t
+    templates = {(str(t["metadata"].get("namespace", "")), str(t["metadata"].get("name", ""))): template_demand(t)
                  for t in await list_all(http, PODTEMPLATES)}
     states = {st.key: st for st in (new_state(parse(obj)) for obj in await list_all(http, PROVREQS))
               if served(parse(st.request.obj), settings.classes, settings.processor_instance)}

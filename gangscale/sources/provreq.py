@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangscale.model.gang import Gang, PodSet
-from gangscale.model.pod import pod_demand
+from gangscale.model.pod import PodDemand, pod_demand
 from gangscale.model.scheduling import SpecError
 from gangscale.timefmt import parse_rfc3339
 
@@ -120,9 +120,49 @@ def template_names(pr: ProvReq) -> list[str]:
     return [str(((ps or {}).get("podTemplateRef") or {}).get("name", "")) for ps in pr.pod_sets]
 
 
-def build_gang(pr: ProvReq, template: Callable[[str], JSON | None], *, priority: int = 0,
+#: What is kept of a PodTemplate (:func:`template_demand`): the pod it describes, or why it cannot be read.
+TemplateDemand = PodDemand | SpecError
+#: Equal demands kept as one object: the templates of a job's many requests describe the same pod.
+_SHARED_DEMANDS: dict[PodDemand, PodDemand] = {}
+SHARED_DEMANDS_MAX = 10_000
+
+
+def template_demand(obj: JSON) -> TemplateDemand:
+    """The PodTemplate's pod as the planner reads it (the transform of the PodTemplates reflector): a template's
+    containers, env, volumes and the rest are not kept; a template that cannot be read keeps its error, which the PRs
+    that use it report."""
+    try:
+        demand = pod_demand(obj.get("template") or {}, "template")
+    except SpecError as exc:
+        return exc
+    found = _SHARED_DEMANDS.get(demand)
+    if found is not None:
+        return found
+    if len(_SHARED_DEMANDS) < SHARED_DEMANDS_MAX:
+        _SHARED_DEMANDS[demand] = demand
+    return demand
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """What is kept of a Kueue Workload (the transform of the Workloads reflector): its ``spec.priority`` and the
+    RayCluster that owns it, if one does."""
+
+    priority: int
+    raycluster: str | None
+
+
+def workload_record(obj: JSON) -> WorkloadRecord:
+    value = (obj.get("spec") or {}).get("priority")
+    raycluster = next((str(ref.get("name")) for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+                       if isinstance(ref, dict) and ref.get("kind") == "RayCluster" and ref.get("controller")), None)
+    return WorkloadRecord(int(value) if isinstance(value, int) and not isinstance(value, bool) else 0, raycluster)
+
+
+def build_gang(pr: ProvReq, template: Callable[[str], TemplateDemand | None], *, priority: int = 0,
                may_scale: bool = True) -> Gang:
-    """The PR's gang; raises :class:`PodSetError` when a template is missing or unusable."""
+    """The PR's gang from its templates' demands (:func:`template_demand`; None: no such template); raises
+    :class:`PodSetError` when a template is missing or unusable."""
     names = template_names(pr)
     if not names:
         raise PodSetError("spec.podSets is empty: there are no pods to provision")
@@ -136,12 +176,10 @@ def build_gang(pr: ProvReq, template: Callable[[str], JSON | None], *, priority:
         count = raw.get("count")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise PodSetError(f"spec.podSets[{i}].count must be a whole number of at least 1, got {count!r}")
-        found = templates[name]
-        assert found is not None
-        try:
-            demand = pod_demand(found.get("template") or {}, "template")
-        except SpecError as exc:
-            raise PodSetError(f"invalid pod template {name} (spec.podSets[{i}]): {exc}") from exc
+        demand = templates[name]
+        assert demand is not None
+        if isinstance(demand, SpecError):
+            raise PodSetError(f"invalid pod template {name} (spec.podSets[{i}]): {demand}") from demand
         # The template's name is what a user recognises in messages; two podSets sharing a template are told
         # apart by their index.
         pod_sets.append(PodSet(name if names.count(name) == 1 else f"{name}[{i}]", count, demand))

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from gangscale.controller.logic.view import PodInfo, parse_node, parse_pod, requests_of
-from gangscale.model.pod import pod_requests
+from gangscale.model.pod import PodDemand, pod_requests
 from gangscale.model.scheduling import SpecError
+from gangscale.sources.provreq import WorkloadRecord, template_demand, workload_record
 
 JSON = dict[str, Any]
 
@@ -89,3 +90,33 @@ def test_records_share_equal_strings_and_request_lists() -> None:
     assert nodes[0] is not None and nodes[1] is not None
     (key0, value0), (key1, value1) = (next(iter(n.state.labels.items())) for n in nodes)
     assert key0 is key1 and value0 is value1
+
+
+def template(requests: JSON, **extra: Any) -> JSON:
+    return {"metadata": {"name": "t", "namespace": "ns", "managedFields": [{"manager": "kubectl"}]},
+            "template": {"metadata": {"labels": {"app": "train"}},
+                         "spec": {"containers": [container(requests, env=[{"name": "A", "value": "1"}])],
+                                  **extra}}}
+
+
+def test_a_template_is_kept_as_the_pod_it_describes_and_equal_ones_are_one_object() -> None:
+    first, second = template_demand(template({"cpu": "2"})), template_demand(template({"cpu": "2"}))
+    assert isinstance(first, PodDemand) and first is second
+    assert first.requests == pod_requests({"containers": [container({"cpu": "2"})]})
+    assert dict(first.labels) == {"app": "train"}
+
+
+def test_a_template_that_cannot_be_read_keeps_its_error_for_the_requests_that_use_it() -> None:
+    bad = template_demand(template({"cpu": "2"}, tolerations="all"))
+    assert isinstance(bad, SpecError) and "template.spec.tolerations" in str(bad)
+
+
+@pytest.mark.parametrize("workload, record", [
+    ({"spec": {"priority": 5}}, WorkloadRecord(5, None)),
+    ({"spec": {"priority": True}}, WorkloadRecord(0, None)),
+    ({"metadata": {"ownerReferences": [{"kind": "RayCluster", "name": "rc", "controller": True}]}},
+     WorkloadRecord(0, "rc")),
+    ({"metadata": {"ownerReferences": [{"kind": "RayCluster", "name": "rc"}, "junk"]}}, WorkloadRecord(0, None)),
+], ids=["priority", "bool-priority", "raycluster-owner", "not-controller"])
+def test_a_workload_is_kept_as_its_priority_and_owning_raycluster(workload: JSON, record: WorkloadRecord) -> None:
+    assert workload_record(workload) == record

@@ -35,9 +35,13 @@ from gangscale.sources.provreq import (
     CHECK_CAPACITY_CLASSES,
     PodSetError,
     ProvReq,
+    TemplateDemand,
+    WorkloadRecord,
     build_gang,
     parse,
+    template_demand,
     template_names,
+    workload_record,
 )
 from gangscale.sources.provreqparams import read as read_parameters
 from gangscale.sources.raycluster import RayClusterError, bound_pods, parse_raycluster
@@ -46,8 +50,6 @@ JSON = dict[str, Any]
 log = logging.getLogger(__name__)
 NAME = "provisioningrequest"
 Key = tuple[str, str]
-#: A template looked up and not found: remembered so that the PR fails instead of looking it up again.
-ABSENT: JSON = {}
 
 
 def served(pr: ProvReq, classes: tuple[str, ...], processor_instance: str) -> bool:
@@ -74,16 +76,16 @@ class ProvReqSource:
         self.http = http
         self.host = host
         self.prs = Reflector(http, PROVREQS, transform=strip_managed_fields)
-        self.templates = Reflector(http, PODTEMPLATES, transform=strip_managed_fields)
-        self.workloads: Reflector[JSON] | None = None
+        self.templates: Reflector[TemplateDemand] = Reflector(http, PODTEMPLATES, transform=template_demand)
+        self.workloads: Reflector[WorkloadRecord] | None = None
         self._raycluster = raycluster
         self._parsed: dict[str, ProvReq] = {}
         self._changed: set[Key] = set()
         #: PR keys by the (namespace, template) and (namespace, workload) they depend on.
         self._by_template: dict[Key, set[str]] = defaultdict(set)
         self._by_workload: dict[Key, set[str]] = defaultdict(set)
-        #: Templates the cache had not seen, looked up for a PR: PR key -> template -> object (or ABSENT).
-        self._looked_up: dict[str, dict[str, JSON]] = {}
+        #: Templates the cache had not seen, looked up for a PR: PR key -> template -> its demand (None: not found).
+        self._looked_up: dict[str, dict[str, TemplateDemand | None]] = {}
         self._looking: set[str] = set()
         self.prs.add_handler(self._on_pr)
         self.templates.add_handler(self._on_template)
@@ -91,7 +93,7 @@ class ProvReqSource:
     # -- start ----------------------------------------------------------------------------------------------------
 
     async def start(self) -> list[Reflector[Any]]:
-        reflectors = [self.prs, self.templates]
+        reflectors: list[Reflector[Any]] = [self.prs, self.templates]
         try:
             found = await self.http.request("GET", f"/apis/{WORKLOADS.group}/{WORKLOADS.version}")
         except ApiError as exc:
@@ -100,7 +102,7 @@ class ProvReqSource:
                             WORKLOADS.group, WORKLOADS.version, exc)
             return reflectors
         if any(r.get("name") == WORKLOADS.plural for r in found.get("resources") or ()):
-            self.workloads = Reflector(self.http, WORKLOADS, transform=strip_managed_fields)
+            self.workloads = Reflector(self.http, WORKLOADS, transform=workload_record)
             self.workloads.add_handler(self._on_workload)
             reflectors.append(self.workloads)
         return reflectors
@@ -127,13 +129,13 @@ class ProvReqSource:
         self._changed.add(object_key(event.obj))
         self.host.wake()
 
-    def _on_template(self, event: ReflectorEvent[JSON]) -> None:
-        for key in self._by_template.get(object_key(event.obj), ()):
+    def _on_template(self, event: ReflectorEvent[TemplateDemand]) -> None:
+        for key in self._by_template.get(event.key, ()):
             self.host.mark(key)
         self.host.wake()
 
-    def _on_workload(self, event: ReflectorEvent[JSON]) -> None:
-        for key in self._by_workload.get(object_key(event.obj), ()):
+    def _on_workload(self, event: ReflectorEvent[WorkloadRecord]) -> None:
+        for key in self._by_workload.get(event.key, ()):
             self.host.mark(key)
         self.host.wake()
 
@@ -196,15 +198,15 @@ class ProvReqSource:
         pr = self._parsed.get(st.key)
         if pr is None:
             return "the ProvisioningRequest is gone"
-        found: dict[str, JSON | None] = {}
+        found: dict[str, TemplateDemand | None] = {}
         missing = []
         for name in dict.fromkeys(template_names(pr)):
-            obj = self.templates.get(pr.namespace, name) if name else None
-            if obj is None and name:
-                obj = self._looked_up.get(pr.key, {}).get(name)
-                if obj is None:
+            demand = self.templates.get(pr.namespace, name) if name else None
+            if demand is None and name:
+                if name not in (looked_up := self._looked_up.get(pr.key, {})):
                     missing.append(name)
-            found[name] = obj if obj is not ABSENT else None
+                demand = looked_up.get(name)
+            found[name] = demand
         if missing:
             self._look_up(pr, missing)
             return None
@@ -221,23 +223,23 @@ class ProvReqSource:
             return
         self._looking.add(pr.key)
 
-        async def look_up() -> dict[str, JSON]:
-            out = {}
+        async def look_up() -> dict[str, TemplateDemand | None]:
+            out: dict[str, TemplateDemand | None] = {}
             for name in names:
                 try:
-                    out[name] = await self.http.request("GET", PODTEMPLATES.path(pr.namespace, name))
+                    out[name] = template_demand(await self.http.request("GET", PODTEMPLATES.path(pr.namespace, name)))
                 except ApiError as exc:
                     if not exc.not_found:
                         log.warning("could not read podtemplate %s/%s: %s", pr.namespace, name, exc)
-                    out[name] = ABSENT
+                    out[name] = None
             return out
 
-        def then(result: dict[str, JSON] | BaseException) -> None:
+        def then(result: dict[str, TemplateDemand | None] | BaseException) -> None:
             self._looking.discard(pr.key)
             if pr.key not in self._parsed:
                 return
             if isinstance(result, BaseException):
-                result = {name: ABSENT for name in names}
+                result = dict.fromkeys(names, None)
             self._looked_up.setdefault(pr.key, {}).update(result)
             self.host.mark(pr.key)
 
@@ -249,13 +251,8 @@ class ProvReqSource:
         owner = pr.workload_owner()
         if owner is None or self.workloads is None:
             return 0, None
-        obj = self.workloads.get(pr.namespace, owner)
-        if obj is None:
-            return 0, None
-        value = (obj.get("spec") or {}).get("priority")
-        raycluster = next((str(ref.get("name")) for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
-                           if ref.get("kind") == "RayCluster" and ref.get("controller")), None)
-        return (int(value) if isinstance(value, int) and not isinstance(value, bool) else 0), raycluster
+        record = self.workloads.get(pr.namespace, owner)
+        return (0, None) if record is None else (record.priority, record.raycluster)
 
     def _less_bound(self, gang: Gang, pr: ProvReq, raycluster: str) -> Gang:
         """A PR of a RayCluster's Workload (an elastic slice counts every pod the cluster should have): the
