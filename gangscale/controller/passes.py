@@ -148,10 +148,9 @@ def apply_changes(core: Core, changes: Changes) -> None:
         core.queue.mark_all(owner[c] for c in touched.claims if c in owner)
         core.queue.mark_all(core.index.booked_on.get(name, ()))
         core.removals.idle.mark(touched.units)
-    for key, pod in changes.pods.items():
-        touched = core.view.apply_pod(key, pod)
-        core.queue.mark_all(k for k in touched.consumers if k in core.states)
-        core.removals.idle.mark(touched.units)
+    touched = core.view.apply_pods(changes.pods)
+    core.queue.mark_all(k for k in touched.consumers if k in core.states)
+    core.removals.idle.mark(touched.units)
     for key, worker in changes.workers.items():
         core.view.apply_worker(key, worker)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
 from gangscale.model.quantity import QuantityError, canonical, format_quantity
@@ -47,6 +47,17 @@ class ResourceList(Mapping[str, int]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
+
+    # The dict's own views: Mapping's generic ones go through __iter__ and __getitem__ per entry, and resource lists
+    # are summed once per pod event.
+    def items(self) -> ItemsView[str, int]:
+        return self._items.items()
+
+    def keys(self) -> KeysView[str]:
+        return self._items.keys()
+
+    def values(self) -> ValuesView[int]:
+        return self._items.values()
 
     def __len__(self) -> int:
         return len(self._items)

@@ -3,12 +3,14 @@ exactly what reading the spec gives, and that equal values are shared rather tha
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
-from gangscale.controller.logic.view import PodInfo, parse_node, parse_pod, requests_of
+from gangscale.controller.logic.view import ClusterView, PodInfo, parse_node, parse_pod, requests_of
 from gangscale.model.pod import PodDemand, pod_requests
+from gangscale.model.resources import ResourceList
 from gangscale.model.scheduling import SpecError
 from gangscale.sources.provreq import WorkloadRecord, template_demand, workload_record
 
@@ -120,3 +122,30 @@ def test_a_template_that_cannot_be_read_keeps_its_error_for_the_requests_that_us
 ], ids=["priority", "bool-priority", "raycluster-owner", "not-controller"])
 def test_a_workload_is_kept_as_its_priority_and_owning_raycluster(workload: JSON, record: WorkloadRecord) -> None:
     assert workload_record(workload) == record
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_what_a_node_has_requested_is_the_sum_of_its_pods_through_any_changes(seed: int) -> None:
+    """Pods bound, moved, resized and removed in a random order, one at a time and in batches: each node's
+    ``requested`` is always the sum of the records bound to it now, and a node left with none has none."""
+    rng = random.Random(seed)
+    view = ClusterView()
+    for name in ("n0", "n1", "n2"):
+        view.apply_node(name, parse_node({"metadata": {"name": name}, "status": {"allocatable": {"cpu": "64"}}}))
+    live: dict[tuple[str, str], PodInfo] = {}
+    for _ in range(40):
+        batch: dict[tuple[str, str], PodInfo | None] = {}
+        for _ in range(rng.choice((1, 1, 5))):
+            key = ("ns", f"p{rng.randrange(12)}")
+            if rng.random() < 0.3:
+                batch[key] = None
+            else:
+                spec = {"containers": [container({"cpu": f"{rng.randrange(1, 4)}", "memory": f"{rng.randrange(3)}Gi"})]}
+                batch[key] = PodInfo(f"n{rng.randrange(3)}", requests_of(spec), False, None)
+        view.apply_pods(batch)
+        live.update(batch)
+        live = {k: v for k, v in live.items() if v is not None}
+        for name in ("n0", "n1", "n2"):
+            expected = sum((p.requests for p in live.values() if p.node == name), ResourceList())
+            assert view.nodes[name].state.requested == expected, name
+            assert view.requested.get(name, ResourceList()) == expected

@@ -221,6 +221,8 @@ class ClusterView:
         self.pods_on: dict[str, dict[PodKey, PodInfo]] = defaultdict(dict)
         self.consumers: dict[str, dict[PodKey, PodInfo]] = defaultdict(dict)
         self.requested: dict[str, ResourceList] = {}
+        #: node -> resource -> the sum of its bound pods' requests, changed in place as pods come and go.
+        self._sums: dict[str, dict[str, int]] = {}
         #: pool -> unit id (or node name for a node without one) -> node names.
         self._units: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         #: unit id -> its pool, for nodes of any pool.
@@ -261,15 +263,23 @@ class ClusterView:
 
     def apply_pod(self, key: PodKey, info: PodInfo | None) -> Touched:
         """The bound pod's record now (:func:`parse_pod`; None: gone, terminated or not bound)."""
+        return self.apply_pods({key: info})
+
+    def apply_pods(self, changes: Mapping[PodKey, PodInfo | None]) -> Touched:
+        """:meth:`apply_pod` for many pods; each node they touched is brought up to date once, not once a pod (the
+        first pass after the first list applies every pod of the cluster)."""
         touched = Touched()
-        old = self.pods.pop(key, None)
-        if old is not None:
-            self._unbind(key, old, touched)
-        if info is not None:
-            self.pods[key] = info
-            self._bind(key, info, touched)
-        if old is not None or info is not None:
-            self.version += 1
+        for key, info in changes.items():
+            old = self.pods.pop(key, None)
+            if old is not None:
+                self._unbind(key, old, touched)
+            if info is not None:
+                self.pods[key] = info
+                self._bind(key, info, touched)
+            if old is not None or info is not None:
+                self.version += 1
+        for node in touched.nodes:
+            self._update_requested(node)
         return touched
 
     # -- reads ------------------------------------------------------------------------------------------------------
@@ -374,16 +384,24 @@ class ClusterView:
             touched.units.add(unit)
 
     def _add_requests(self, node: str, requests: ResourceList, sign: int) -> None:
+        """Exact integer sums per node: a pod leaving takes away exactly what it added."""
         if not requests:
             return
-        current = self.requested.get(node, EMPTY)
-        if sign > 0:
-            total = current + requests
-        else:
-            # Recomputed, not subtracted: subtraction floors at zero per resource and would drift.
-            total = EMPTY
-            for info in self.pods_on.get(node, {}).values():
-                total = total + info.requests
+        sums = self._sums.setdefault(node, {})
+        for name, amount in requests.items():
+            left = sums.get(name, 0) + sign * amount
+            if left:
+                sums[name] = left
+            else:
+                del sums[name]
+        if not sums:
+            del self._sums[node]
+
+    def _update_requested(self, node: str) -> None:
+        sums = self._sums.get(node)
+        total = ResourceList(sums) if sums else EMPTY
+        if total == self.requested.get(node, EMPTY):
+            return
         if total:
             self.requested[node] = total
         else:
