@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from gangscale.kube.errors import ApiError, WatchExpired
-from gangscale.kube.transport import KubeHTTP, Resource
+from gangscale.kube.transport import KubeHTTP, Resource, gc_paused
 from gangscale.retry import API_WATCH, Backoff
 
 JSON = dict[str, Any]
@@ -236,8 +236,9 @@ class Reflector(Generic[T]):
             following = None if token is None else asyncio.ensure_future(self.http.request(
                 "GET", self.resource.path(self.namespace), query={**query, "continue": token}))
             try:
-                self._keep(fresh, page.get("items") or ())
-                del page
+                with gc_paused():
+                    self._keep(fresh, page.get("items") or ())
+                    del page
                 if following is None:
                     rv = str(meta.get("resourceVersion", ""))
                     break

@@ -9,9 +9,11 @@ control (see docs in ``reflector``). Paths are built for any resource: core (``/
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +48,27 @@ class Resource:
             if sub:
                 base += f"/{sub}"
         return base
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The garbage collector paused for a burst of allocation that makes no reference cycles (decoding JSON, making
+    the records of a page): a list page of 500 pods allocates some 200,000 objects, and the generational collections
+    they set off (full ones, once the caches are large) were a third of the time of decoding it. It runs again as
+    usual afterwards; nothing awaits inside, so no other task runs meanwhile."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def decode(raw: bytes) -> Any:
+    with gc_paused():
+        return json.loads(raw)
 
 
 class KubeHTTP:
@@ -85,7 +108,7 @@ class KubeHTTP:
                 raise ApiError.from_response(resp.status, raw, resp.headers)
         self.last_ok = time.monotonic()
         try:
-            out = json.loads(raw or b"{}")
+            out = decode(raw or b"{}")
         except ValueError as exc:
             raise ApiError(resp.status, "BadResponse", f"response is not JSON: {exc}") from exc
         if not isinstance(out, dict):
@@ -112,7 +135,7 @@ class KubeHTTP:
                     if not line.strip():
                         continue
                     try:
-                        event = json.loads(line)
+                        event = decode(line)
                     except ValueError as exc:
                         raise ApiError(resp.status, "BadResponse", f"watch line is not JSON: {exc}") from exc
                     self.last_ok = time.monotonic()

@@ -10,19 +10,17 @@ from collections.abc import Mapping
 
 from gangscale.model.decision import PoolReason, ReasonCode
 from gangscale.model.nodepool import NodePool
-from gangscale.model.pod import HOSTNAME_LABEL, PodDemand
+from gangscale.model.pod import PodDemand
 from gangscale.model.policy import Policy
 from gangscale.model.quantity import format_quantity
 from gangscale.model.resources import ResourceList
 from gangscale.model.scheduling import Taint
-from gangscale.model.snapshot import NodeState
-
-NodeShape = tuple[frozenset[tuple[str, str]], tuple[Taint, ...]]
+from gangscale.model.snapshot import NodeShape, NodeState
 
 
 def node_shape(node: NodeState) -> NodeShape:
     """What decides placement on a node besides its free capacity (its name aside)."""
-    return frozenset((k, v) for k, v in node.labels.items() if k != HOSTNAME_LABEL), node.taints
+    return node.shape
 
 
 def placement_problem(demand: PodDemand, labels: Mapping[str, str], taints: tuple[Taint, ...],

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field, replace
 
 from gangscale.model.pod import HOSTNAME_LABEL, PodDemand
 from gangscale.model.scheduling import HONOR, SpreadConstraint, Taint
-from gangscale.planner.compat import Compatibility, NodeShape, node_shape
+from gangscale.model.snapshot import NodeShape
+from gangscale.planner.compat import Compatibility, node_shape
 from gangscale.planner.pack import Group, NewBin, NodeCap, ceil_div
 from gangscale.planner.state import ClusterState
 

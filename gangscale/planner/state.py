@@ -8,8 +8,8 @@ from collections.abc import Iterator, Mapping
 
 from gangscale.model.nodepool import NodePool
 from gangscale.model.resources import ResourceList
-from gangscale.model.snapshot import NodeState, PoolState, Quota, Snapshot
-from gangscale.planner.compat import NodeShape, node_shape
+from gangscale.model.snapshot import NodeShape, NodeState, PoolState, Quota, Snapshot
+from gangscale.planner.compat import node_shape
 
 #: An entry of a free-capacity index: (free amount, node name, node index); sorted, it is "tightest first".
 IndexEntry = tuple[int, str, int]
