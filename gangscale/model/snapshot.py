@@ -20,6 +20,12 @@ NODES_QUOTA = "nodes"
 NodeShape = tuple[frozenset[tuple[str, str]], tuple[Taint, ...]]
 
 
+#: Equal shapes are one object: a cluster's thousands of nodes have a few dozen, and a plan tells them apart by
+#: identity. Bounded: past it, a node keeps a shape of its own (planned the same, only less cheaply).
+_SHAPES: dict[NodeShape, NodeShape] = {}
+SHARED_SHAPES_MAX = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """A registered node. Only Ready, schedulable nodes offer free capacity.
@@ -45,8 +51,9 @@ class NodeState:
             labels = MappingProxyType(dict(labels))
             object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "free", self.allocatable - self.requested)
-        object.__setattr__(self, "shape", (frozenset((k, v) for k, v in labels.items() if k != HOSTNAME_LABEL),
-                                           self.taints))
+        shape = (frozenset((k, v) for k, v in labels.items() if k != HOSTNAME_LABEL), self.taints)
+        object.__setattr__(self, "shape", _SHAPES.setdefault(shape, shape) if len(_SHAPES) < SHARED_SHAPES_MAX
+                           else _SHAPES.get(shape, shape))
 
     @property
     def zone(self) -> str:

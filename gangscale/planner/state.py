@@ -8,8 +8,7 @@ from collections.abc import Iterator, Mapping
 
 from gangscale.model.nodepool import NodePool
 from gangscale.model.resources import ResourceList
-from gangscale.model.snapshot import NodeShape, NodeState, PoolState, Quota, Snapshot
-from gangscale.planner.compat import node_shape
+from gangscale.model.snapshot import NodeState, PoolState, Quota, Snapshot
 
 #: An entry of a free-capacity index: (free amount, node name, node index); sorted, it is "tightest first".
 IndexEntry = tuple[int, str, int]
@@ -45,8 +44,9 @@ class ClusterState:
         self.all_nodes: tuple[NodeState, ...] = snapshot.nodes
         self.free: list[dict[str, int]] = [dict(node.free) for node in self.nodes]
         self.index: dict[str, int] = {node.name: i for i, node in enumerate(self.nodes)}
-        shape_ids: dict[NodeShape, int] = {}
-        self.shape_of: list[int] = [shape_ids.setdefault(node_shape(node), len(shape_ids)) for node in self.nodes]
+        # By identity: equal shapes are one object (NodeState shares them), and hashing one hashes all its taints.
+        shape_ids: dict[int, int] = {}
+        self.shape_of: list[int] = [shape_ids.setdefault(id(node.shape), len(shape_ids)) for node in self.nodes]
         #: zone -> shape id -> usable nodes of that zone and shape.
         self.zone_shapes: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
         for i, node in enumerate(self.nodes):
