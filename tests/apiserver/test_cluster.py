@@ -131,6 +131,34 @@ async def test_garbage_collection_of_dependents(http: KubeHTTP, apiserver: Embed
     assert err.value.status == 404
 
 
+@pytest.mark.parametrize("change, kept", [
+    ("none", set()),
+    ("reference-removed", {"dep"}),
+    ("reference-added", {"dep"}),
+], ids=["owned-from-creation", "reference-removed-by-a-patch", "reference-added-by-a-patch"])
+async def test_the_garbage_collector_follows_owner_references_as_they_change(
+        http: KubeHTTP, apiserver: EmbeddedAPIServer, change: str, kept: set[str]) -> None:
+    """The collector finds dependents from its graph, kept as objects change: a reference removed by an update no
+    longer makes the object a dependent; one added does (here, of a live second owner, so it loses only the
+    dangling reference)."""
+    owners = [await http.request("POST", b.PROVREQS.path("default"), body=b.provreq(name)) for name in ("pr1", "pr2")]
+    refs = [{"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest", "name": o["metadata"]["name"],
+             "uid": o["metadata"]["uid"]} for o in owners]
+    tmpl = b.pod_template("dep")
+    tmpl["metadata"]["ownerReferences"] = [refs[0]] if change != "reference-added" else [refs[1]]
+    await http.request("POST", b.PODTEMPLATES.path("default"), body=tmpl)
+    if change != "none":
+        patched = [] if change == "reference-removed" else [refs[1], refs[0]]
+        await http.request("PATCH", b.PODTEMPLATES.path("default", "dep"), body={
+            "metadata": {"ownerReferences": patched}}, content_type="application/merge-patch+json")
+    await http.request("DELETE", b.PROVREQS.path("default", "pr1"))
+    await apiserver.controllers.settle()
+    left = await http.request("GET", b.PODTEMPLATES.path("default"))
+    assert {t["metadata"]["name"] for t in left["items"]} == kept
+    if change == "reference-added":
+        assert [r["name"] for r in left["items"][0]["metadata"]["ownerReferences"]] == ["pr2"]
+
+
 async def test_orphan_propagation_keeps_dependents(http: KubeHTTP, apiserver: EmbeddedAPIServer) -> None:
     owner = await http.request("POST", b.PROVREQS.path("default"), body=b.provreq("pr1"))
     tmpl = b.pod_template("dep")

@@ -83,6 +83,12 @@ class ControllerManager:
         self._queue: asyncio.Queue[tuple[str, Any]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._uids: dict[str, Ref] = {}
+        #: The garbage collector's graph, as the real one keeps it (``garbagecollector/graph.go``, fed by its
+        #: informers): owner uid -> the objects whose ownerReferences name it, and each object's owner uids. A
+        #: deletion finds its dependents here, not by reading every object (that was 0.3 s a deletion at 60,000
+        #: pods).
+        self._dependents_of: dict[str, set[Ref]] = {}
+        self._owners_of: dict[Ref, frozenset[str]] = {}
         self._backlog: list[tuple[str, Any]] = []
         self._monitor: NodeHealthMonitor | None = None
         api.store.listeners.append(self._observe)
@@ -133,6 +139,8 @@ class ControllerManager:
         ref: Ref = (key, meta.get("namespace", "") or "", meta.get("name", ""))
         if self._monitor is not None and (key == _NODES or (key == _LEASES and ref[1] == NODE_LEASE_NAMESPACE)):
             self._monitor.observe(key, ev)
+        self._index_owners(ref, frozenset() if ev.type == "DELETED" else frozenset(
+            str(owner.get("uid", "")) for owner in meta.get("ownerReferences") or [] if isinstance(owner, dict)))
         if ev.type == "DELETED":
             self._uids.pop(uid, None)
             self._enqueue(("owner-gone", uid))
@@ -177,9 +185,23 @@ class ControllerManager:
     def _type(self, key: StorageKey) -> Any:
         return self.api.registry.storage_version_type(key)
 
+    def _index_owners(self, ref: Ref, owners: frozenset[str]) -> None:
+        old = self._owners_of.pop(ref, frozenset())
+        if owners:
+            self._owners_of[ref] = owners
+        for uid in old - owners:
+            refs = self._dependents_of.get(uid)
+            if refs is not None:
+                refs.discard(ref)
+                if not refs:
+                    del self._dependents_of[uid]
+        for uid in owners - old:
+            self._dependents_of.setdefault(uid, set()).add(ref)
+
     def _dependents(self, owner_uid: str) -> list[tuple[StorageKey, JSON]]:
         out = []
-        for key, ns, name in list(self._uids.values()):
+        for key, ns, name in sorted(self._dependents_of.get(owner_uid, ()),
+                                    key=lambda ref: (ref[0].group, ref[0].plural, ref[1], ref[2])):
             obj = self.api.store.get(key, ns, name)
             if obj and any(r.get("uid") == owner_uid for r in obj["metadata"].get("ownerReferences") or []):
                 out.append((key, obj))
