@@ -52,6 +52,9 @@ does not walk 60,000 stored pods and stall the server for seconds). The churn's 
 either, so the server's figures are lower than an HTTP client's writes would cost; the watch streams, lists and
 the controllers' own writes are real HTTP.
 
+5. *Handover* (with ``--standby``): the leader is stopped (SIGINT: it hands its lease back); the time from then to
+   the standby's ``synced and reconciled`` (it takes the lease and lists everything again before deciding).
+
 VmRSS of every process is sampled every 0.5 s (the maximum is reported), and VmRSS / VmHWM read at the end.
 Reflector warnings in the controllers' logs (``expired (410)``, ``watch interrupted``) are counted: a controller
 that cannot keep up with the churn falls behind the server's watch window (``--watch-window`` events per
@@ -658,6 +661,8 @@ class Bench:
             self.result["end_memory"] = {name: memory(p.pid) for name, p in self.procs.items()}
             self.result["sampled_max_rss_mib"] = dict(self.sampler.peak)
             self.result["log_warnings"] = {name: p.warnings for name, p in self.procs.items() if name != "server"}
+            if self.args.standby:
+                await self.handover()
             self.result["phases_s"]["total"] = round(time.perf_counter() - self.t0, 1)
             return self.result
         finally:
@@ -704,6 +709,17 @@ class Bench:
                "server_cpu_s": round(cpu_seconds(self.server.pid) - server_cpu, 2), **memory(proc.pid)}
         self.say(f"{name}: synced after {row['start_to_synced_s']} s, RSS {row['VmRSS']} MiB, peak {row['VmHWM']} MiB")
         return row
+
+    async def handover(self) -> None:
+        """The leader stops (SIGINT: it hands its lease back); the standby takes the lease, lists everything again
+        (its watches may be behind) and reconciles: the time from the stop to its ``synced and reconciled``."""
+        standby = self.procs["standby"]
+        self.say("handover: stopping the leader")
+        began = time.perf_counter()
+        await self.procs.pop("controller").stop()
+        seconds = await standby.wait_for(SYNCED) - (began - standby.began)
+        row = self.result["handover"] = {"stop_to_synced_s": round(seconds, 2), **memory(standby.pid)}
+        self.say(f"handover: the standby decides {row['stop_to_synced_s']} s after the leader stopped")
 
     async def churn_alone(self, window: Window) -> None:
         args = self.args
@@ -826,6 +842,9 @@ def report(r: JSON) -> str:
               f"planning passes during churn alone: {r['churn_only']['plan_passes']['passes']}",
               "reflector warnings: " + ", ".join(f"{n} {w}" for n, w in r["log_warnings"].items()),
               "phases: " + ", ".join(f"{k} {v} s" for k, v in r["phases_s"].items())]
+    if "handover" in r:
+        lines.append(f"handover: the standby decides {r['handover']['stop_to_synced_s']} s after the leader stopped "
+                     f"(RSS {r['handover']['VmRSS']:,} MiB)")
     if r["churn_only"]["skipped"] or r["churn_and_prs"]["skipped"]:
         lines.append(f"the churn generator fell behind: {r['churn_only']['skipped'] + r['churn_and_prs']['skipped']}"
                      " events skipped")
