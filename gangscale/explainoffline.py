@@ -15,7 +15,7 @@ Workload priorities (every gang is planned alone, so they do not matter here), u
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from gangscale.config import PoolFile
@@ -25,7 +25,7 @@ from gangscale.controller.logic.holdings import held
 from gangscale.controller.logic.planinput import planning_snapshot, rebook, units_of
 from gangscale.controller.logic.request import Phase, RequestState, phase
 from gangscale.controller.logic.settings import Settings
-from gangscale.controller.logic.view import ClusterView, PodInfo, parse_pod, pod_key
+from gangscale.controller.logic.view import BOUND_PODS, ClusterView, PodInfo, parse_pod, pod_key
 from gangscale.controller.report import request_document
 from gangscale.kube.errors import ApiError
 from gangscale.kube.resources import NODES, PODS, PODTEMPLATES, PROVREQS
@@ -41,7 +41,7 @@ from gangscale.sources.provreq import (
     parse,
     template_demand,
 )
-from gangscale.sources.raycluster import worker_pod
+from gangscale.sources.raycluster import WORKER_PODS, worker_pod
 from gangscale.timefmt import rfc3339
 
 JSON = dict[str, Any]
@@ -71,17 +71,20 @@ class Templates:
         return self.view.consumers.get(st.key, {}).values()
 
 
-async def list_all(http: KubeHTTP, resource: Resource) -> list[JSON]:
-    """Every object of ``resource`` in every namespace, a page at a time."""
-    items: list[JSON] = []
+async def list_all(http: KubeHTTP, resource: Resource, *, field_selector: str | None = None,
+                   label_selector: str | None = None) -> AsyncIterator[JSON]:
+    """Every object of ``resource`` in every namespace, a page at a time: a page is let go before the next is read
+    (a large cluster's pods, whole, would not fit in memory)."""
     token = ""
     while True:
-        query: dict[str, Any] = {"limit": PAGE, **({"continue": token} if token else {})}
+        query: dict[str, Any] = {"limit": PAGE, "fieldSelector": field_selector, "labelSelector": label_selector,
+                                 **({"continue": token} if token else {})}
         page = await http.request("GET", resource.path(), query=query)
-        items += page.get("items") or []
+        for obj in page.get("items") or ():
+            yield obj
         token = str((page.get("metadata") or {}).get("continue") or "")
         if not token:
-            return items
+            return
 
 
 async def offline_document(http: KubeHTTP, pool_file: PoolFile, key: str, now: float,
@@ -101,14 +104,16 @@ async def offline_document(http: KubeHTTP, pool_file: PoolFile, key: str, now: f
         raise NotExplainable(f"ProvisioningRequest {key} is of class {pr.class_name!r}, which gangscale does not serve "
                              f"(it serves {', '.join(settings.classes)})")
     view = ClusterView()
-    for node in await list_all(http, NODES):
+    # What the controller's reflectors keep (README, "The reflector"), listed with the same selectors.
+    async for node in list_all(http, NODES):
         view.apply_node(str((node.get("metadata") or {}).get("name", "")), view.node_record(node))
-    for pod in await list_all(http, PODS):
+    async for pod in list_all(http, PODS, field_selector=BOUND_PODS):
         view.apply_pod(pod_key(pod), parse_pod(pod))
+    async for pod in list_all(http, PODS, label_selector=WORKER_PODS):
         view.apply_worker(pod_key(pod), worker_pod(pod))
     templates = {(str(t["metadata"].get("namespace", "")), str(t["metadata"].get("name", ""))): template_demand(t)
-                 for t in await list_all(http, PODTEMPLATES)}
-    states = {st.key: st for st in (new_state(parse(obj)) for obj in await list_all(http, PROVREQS))
+                 async for t in list_all(http, PODTEMPLATES)}
+    states = {st.key: st for st in [new_state(parse(obj)) async for obj in list_all(http, PROVREQS)]
               if served(parse(st.request.obj), settings.classes, settings.processor_instance)}
     states[key] = new_state(pr)  # as just read, even if the list came later
     st = states[key]
