@@ -59,6 +59,10 @@ class ResourceList(Mapping[str, int]):
     def values(self) -> ValuesView[int]:
         return self._items.values()
 
+    def to_dict(self) -> dict[str, int]:
+        """A mutable copy (``dict(resource_list)`` goes through ``__getitem__`` per entry)."""
+        return dict(self._items)
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -42,7 +42,7 @@ class ClusterState:
         self.nodes: list[NodeState] = [node for node in snapshot.nodes if node.usable]
         #: Every node, usable or not: kube-scheduler counts unready and cordoned nodes as topology spread domains.
         self.all_nodes: tuple[NodeState, ...] = snapshot.nodes
-        self.free: list[dict[str, int]] = [dict(node.free) for node in self.nodes]
+        self.free: list[dict[str, int]] = [node.free.to_dict() for node in self.nodes]
         self.index: dict[str, int] = {node.name: i for i, node in enumerate(self.nodes)}
         # By identity: equal shapes are one object (NodeState shares them), and hashing one hashes all its taints.
         shape_ids: dict[int, int] = {}
