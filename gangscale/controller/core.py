@@ -41,6 +41,7 @@ from gangscale.controller.writer import StatusWriter
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
+from gangscale.retry import PROVIDER_CALL
 from gangscale.timefmt import rfc3339
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,8 @@ class Core:
         self.batching = Batching(s.batch_idle, s.batch_max)
         self.index = RequestIndex(self.touch_nodes, self.touch_claims, claim, self.ledger)
         self.outbox: list[Effect] = []
+        #: Releases of scale-ups that failed: (when to try again, the attempt it will be, the release).
+        self._releases_due: list[tuple[float, int, Release]] = []
         #: Gang -> (its misses so far, when it may be decided again), left by a request that failed for lack of
         #: capacity, for the gang's next request (:meth:`_continue_gang`).
         self._gang_misses: dict[str, tuple[int, float]] = {}
@@ -111,7 +114,7 @@ class Core:
     def next_time(self, now: float) -> float:
         """The earliest time after ``now`` (the last pass's time) at which something is due. A time due by then
         was handled by that pass: waking for it again would spin."""
-        times = [self.queue.next_time(), self.removals.due(),
+        times = [self.queue.next_time(), self.removals.due(), *(at for at, _, _ in self._releases_due),
                  self.batching.deadline() if self.batching.held else None,
                  *(source.next_wake() for source in self.sources.values()), self.resync_at or now + RESYNC]
         return min((t for t in times if t is not None and t > now), default=now + RESYNC)
@@ -270,18 +273,37 @@ class Core:
 
     # -- releases of a request's scale-up ---------------------------------------------------------------------------
 
-    def start_release(self, release: Release) -> None:
+    def start_release(self, release: Release, attempt: int = 1) -> None:
         """Hand back a request's scale-up (its request is gone, or its units are no longer whole). The request is
         not planned again until it returned (:meth:`Ledger.start_release` says why)."""
         key = release.st.key
-        self.ledger.start_release(key, release.nodes, [self.view.claim(step.token) for step in release.steps],
-                                  self.clock.now())
+        if attempt == 1:
+            self.ledger.start_release(key, release.nodes, [self.view.claim(step.token) for step in release.steps],
+                                      self.clock.now())
         self.touch_nodes(release.nodes)
         self.spawn(self.effects.release(key, release.steps, release.nodes, release.why), f"release {key}",
-                   then=lambda result: self._released(release, result))
+                   then=lambda result: self._released(release, result, attempt))
 
-    def _released(self, release: Release, result: Released | BaseException) -> None:
+    def retry_releases(self, now: float) -> None:
+        """Releases that failed and are due again (:meth:`_released`)."""
+        due = [entry for entry in self._releases_due if entry[0] <= now]
+        self._releases_due = [entry for entry in self._releases_due if entry[0] > now]
+        for _, attempt, release in due:
+            self.start_release(release, attempt)
+
+    def _released(self, release: Release, result: Released | BaseException, attempt: int) -> None:
         st = release.st
+        error = result if isinstance(result, BaseException) else result.error
+        if error is not None:
+            # The units are still there (the call failed, or this replica had lost the lease): they are handed back
+            # later, and meanwhile the request is not planned again, nor are its nodes room. Forgetting them let the
+            # request scale up a second time beside them (found by hack/chaos.py, seed 11168: a release fenced by a
+            # lost lease, the lease won back a second later).
+            at = self.pass_now + PROVIDER_CALL.delay(attempt)
+            self._releases_due.append((at, attempt + 1, release))
+            log.info("%s: the release of its scale-up failed (%s); trying again at %s", st.key, error, rfc3339(at),
+                     extra={"pr": st.key})
+            return
         self.ledger.release_returned(st.key, release.nodes)
         self.touch_nodes(release.nodes)
         if st.deleted:

@@ -80,6 +80,7 @@ def _run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]],
         then(result)
     apply_changes(core, changes)
     settle(core, now)
+    core.retry_releases(now)
     for source in core.sources.values():
         source.sync(now)
     if now >= core.resync_at:
