@@ -2,7 +2,7 @@
 """Paged LISTs on the embedded API server: what a reflector pays to sync a large cluster (issue 24, point 4).
 
     python hack/bench_paging.py [--pods 15000] [--quick] [--page-size 500] [--repeat 1]
-                                [--kubeconfig FILE] [--no-run] [--json FILE]
+                                [--kubeconfig FILE] [--no-run] [--preload] [--json FILE]
 
 Three processes, as in a cluster: ``gangscale sim apiserver`` (default flags), this script (the users) and, for
 the last measurement, ``gangscale run``. The script creates ``--pods`` bound pods spread over 10 namespaces and
@@ -15,23 +15,32 @@ toleration besides the defaults; its status is then written through ``pods/statu
 
 - **unpaged**: one ``GET /api/v1/pods`` (every namespace), decoded;
 - **paged**: ``limit=--page-size`` and ``continue`` through every page, as a reflector lists;
+- **paged, filtered**: the same with ``fieldSelector=spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed``
+  (every pod passes: the selector's cost is measured, not a smaller answer);
 - **gangscale run**: ``gangscale run --provider simulated --dry-run`` with a one-pool file, from the start of
   the process to its ``synced and reconciled`` log line (every reflector listed, pods included, plus the
   interpreter's start and imports). ``--no-run`` leaves it out.
 
-The API server's RSS after the objects are created is printed too (``/proc``; only for the server it starts).
-``--quick`` is ``--pods 3000``. ``--kubeconfig`` runs against another server (a real kube-apiserver) instead of
-starting one; the objects are created there in the same way (namespaces ``bench-paging-*``). Figures are wall
-times of single runs (``--repeat`` runs each list more times, every run printed); ``docs/benchmarks.md`` has the
-recorded ones.
+The API server's RSS after the objects are created is printed too, and for each list the CPU time the server
+process spent serving it (user + system, from ``/proc/PID/stat``; only for the server it starts), per pod: what
+the list costs the server, whatever the client's decoding costs.
+``--preload`` makes the cluster in the server's own process instead (this script as the server: ``EmbeddedAPIServer``
+with the same namespaces, nodes and pods ``load``-ed, every object checked as its create is and each pod's status
+written as its ``pods/status`` patch; then served as ``gangscale sim apiserver`` serves): fast enough for 150,000
+pods, and it prints the load's CPU cost per pod. ``--quick`` is ``--pods 3000``. ``--kubeconfig`` runs against
+another server (a real kube-apiserver) instead of starting one; the objects are created there in the same way
+(namespaces ``bench-paging-*``). Figures are wall times of single runs (``--repeat`` runs each list more times,
+every run printed); ``docs/benchmarks.md`` has the recorded ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -40,6 +49,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+SCRIPT = str(Path(__file__).resolve())
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -48,6 +58,7 @@ from gangscale.kube.client import make_http  # noqa: E402
 from gangscale.kube.transport import KubeHTTP  # noqa: E402
 
 NAMESPACES = [f"bench-paging-{i}" for i in range(10)]
+USER_AGENT = "bench-paging"
 PODS_PER_NODE = 30
 CONCURRENCY = 32
 MERGE = "application/merge-patch+json"
@@ -60,6 +71,7 @@ nodePools:
     simulated: {provisionSeconds: 0}
 """
 HANG_GUARD = 1800.0
+FILTER = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
 # --- objects -------------------------------------------------------------------------------------------------
@@ -123,14 +135,16 @@ def pod_status(i: int) -> dict[str, Any]:
 
 # --- processes -----------------------------------------------------------------------------------------------
 
-async def start(*args: str, ready: bytes, what: str) -> tuple[asyncio.subprocess.Process, float]:
-    """Start ``gangscale ARGS``; wait for a line containing ``ready``. Returns the process and the seconds from the
-    start until that line."""
+async def start(*args: str, ready: bytes, what: str, script: bool = False,
+                seen: list[bytes] | None = None) -> tuple[asyncio.subprocess.Process, float]:
+    """Start ``gangscale ARGS`` (``script``: this script with ARGS); wait for a line containing ``ready``. Returns the
+    process and the seconds from the start until that line; the lines before it are added to ``seen``."""
     began = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gangscale.cli", *args,
+    command = [SCRIPT] if script else ["-m", "gangscale.cli"]
+    proc = await asyncio.create_subprocess_exec(sys.executable, *command, *args,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     assert proc.stdout is not None
-    seen: list[bytes] = []
+    seen = [] if seen is None else seen
     while True:
         line = await asyncio.wait_for(proc.stdout.readline(), HANG_GUARD)
         if not line:
@@ -138,6 +152,42 @@ async def start(*args: str, ready: bytes, what: str) -> tuple[asyncio.subprocess
         seen.append(line)
         if ready in line:
             return proc, time.perf_counter() - began
+
+
+async def serve_preloaded(pods: int, kubeconfig: str) -> None:
+    """``--preload``'s server process: the embedded API server with the objects ``populate`` makes loaded in
+    process (``EmbeddedAPIServer.load``: each checked as its create is, the pod status as its ``pods/status`` patch
+    writes it), then served until SIGINT. Prints the load's cost."""
+    import gc  # noqa: PLC0415
+
+    from gangscale.sim.apiserver import EmbeddedAPIServer  # noqa: PLC0415
+
+    server = EmbeddedAPIServer(port=0)
+    nodes = max(1, -(-pods // PODS_PER_NODE))
+    began = time.process_time()
+    server.load([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in NAMESPACES],
+                manager=USER_AGENT)
+    server.load((node(i) for i in range(nodes)), manager=USER_AGENT)
+    loaded_nodes = time.process_time()
+
+    def bound() -> Any:
+        for i in range(pods):
+            body = pod(i, NAMESPACES[i % len(NAMESPACES)], f"node-{i // PODS_PER_NODE:05d}")
+            yield {**body, **pod_status(i)}
+
+    server.load(bound(), manager=USER_AGENT, status_manager=USER_AGENT)
+    done = time.process_time()
+    print(f"preloaded {nodes} nodes in {loaded_nodes - began:.1f} s CPU ({(loaded_nodes - began) / nodes * 1e6:.0f} "
+          f"us/node), {pods} pods in {done - loaded_nodes:.1f} s CPU "
+          f"({(done - loaded_nodes) / max(1, pods) * 1e6:.0f} us/pod)", flush=True)
+    gc.freeze()  # a long-lived process's loaded objects: the cyclic collector need not walk them again
+    await server.start()
+    server.write_kubeconfig(kubeconfig)
+    print(f"serving on {server.url}; stop with Ctrl-C", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
 
 
 async def stop(proc: asyncio.subprocess.Process) -> None:
@@ -154,6 +204,14 @@ async def drain(proc: asyncio.subprocess.Process) -> None:
     assert proc.stdout is not None
     while await proc.stdout.read(65536):
         pass
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process so far (0 when there is none to read)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> float:
@@ -193,12 +251,13 @@ async def list_unpaged(http: KubeHTTP) -> tuple[float, int]:
     return time.perf_counter() - began, len(out["items"])
 
 
-async def list_paged(http: KubeHTTP, page_size: int) -> tuple[float, int, int]:
+async def list_paged(http: KubeHTTP, page_size: int, field_selector: str | None = None) -> tuple[float, int, int]:
     began = time.perf_counter()
     items = pages = 0
     token: str | None = None
     while True:
-        page = await http.request("GET", "/api/v1/pods", query={"limit": page_size, "continue": token},
+        page = await http.request("GET", "/api/v1/pods", query={"limit": page_size, "continue": token,
+                                                                "fieldSelector": field_selector},
                                   timeout=HANG_GUARD)
         pages += 1
         items += len(page["items"])
@@ -213,33 +272,57 @@ async def served_size(http: KubeHTTP) -> float:
     return sum(len(json.dumps(p, separators=(",", ":"))) for p in page["items"]) / max(1, len(page["items"]))
 
 
+async def measure_lists(http: KubeHTTP, args: argparse.Namespace, row: dict[str, Any], pid: int | None) -> None:
+    """The lists, ``--repeat`` times each, with the server's CPU per pod for each."""
+    for name in ("unpaged", "paged", "filtered"):
+        row[f"{name}_s"], row[f"{name}_server_us"] = [], []
+    for _ in range(args.repeat):
+        cpu = cpu_seconds(pid)
+        seconds, count = await list_unpaged(http)
+        row["unpaged_s"].append(round(seconds, 2))
+        row["unpaged_server_us"].append(round((cpu_seconds(pid) - cpu) / count * 1e6, 1))
+        for name, selector in (("paged", None), ("filtered", FILTER)):
+            cpu = cpu_seconds(pid)
+            seconds, paged_count, pages = await list_paged(http, args.page_size, selector)
+            row[f"{name}_s"].append(round(seconds, 2))
+            row[f"{name}_server_us"].append(round((cpu_seconds(pid) - cpu) / paged_count * 1e6, 1))
+            if paged_count != count:
+                raise RuntimeError(f"{name} list returned {paged_count} pods, unpaged {count}")
+        row["items"], row["pages"] = count, pages
+
+
 async def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     server = None
     drains: list[asyncio.Task[None]] = []
     kubeconfig = args.kubeconfig
+    row: dict[str, Any] = {"pods": args.pods, "page_size": args.page_size}
     if kubeconfig is None:
         kubeconfig = str(tmp / "kubeconfig")
-        server, _ = await start("sim", "apiserver", "--port", "0", "--kubeconfig", kubeconfig,
-                                ready=b"stop with Ctrl-C", what="gangscale sim apiserver")
+        if args.preload:
+            lines: list[bytes] = []
+            server, row["populate_s"] = await start("--serve", str(args.pods), "--kubeconfig", kubeconfig,
+                                                    ready=b"stop with Ctrl-C", what="the preloaded server",
+                                                    script=True, seen=lines)
+            row["populate_s"] = round(row["populate_s"], 1)
+            row["preload"] = next(x.decode().strip() for x in lines if x.startswith(b"preloaded"))
+        else:
+            server, _ = await start("sim", "apiserver", "--port", "0", "--kubeconfig", kubeconfig,
+                                    ready=b"stop with Ctrl-C", what="gangscale sim apiserver")
         drains.append(asyncio.create_task(drain(server)))
-    http = await make_http(kubeconfig, user_agent="bench-paging")
-    row: dict[str, Any] = {"pods": args.pods, "page_size": args.page_size}
+    http = await make_http(kubeconfig, user_agent=USER_AGENT)
     try:
-        began = time.perf_counter()
-        await populate(http, args.pods)
-        row["populate_s"] = round(time.perf_counter() - began, 1)
+        if "populate_s" not in row:
+            began, cpu = time.perf_counter(), cpu_seconds(server.pid if server is not None else None)
+            await populate(http, args.pods)
+            row["populate_s"] = round(time.perf_counter() - began, 1)
+            if server is not None:  # the server's CPU for the writes: 2 per pod (create, status), plus the nodes
+                row["populate_server_us"] = round((cpu_seconds(server.pid) - cpu) / args.pods * 1e6)
         row["pod_bytes"] = round(await served_size(http))
         if server is not None:
             row["server_rss_mib"] = rss_mib(server.pid)
-        row["unpaged_s"], row["paged_s"] = [], []
-        for _ in range(args.repeat):
-            seconds, count = await list_unpaged(http)
-            row["unpaged_s"].append(round(seconds, 2))
-            seconds, paged_count, pages = await list_paged(http, args.page_size)
-            row["paged_s"].append(round(seconds, 2))
-            row["items"], row["pages"] = count, pages
-            if paged_count != count:
-                raise RuntimeError(f"paged list returned {paged_count} pods, unpaged {count}")
+        await measure_lists(http, args, row, server.pid if server is not None else None)
+        if server is not None:  # now with every pod's encoding cached
+            row["server_rss_after_lists_mib"] = rss_mib(server.pid)
         if args.run:
             pools = tmp / "pools.yaml"
             pools.write_text(POOLS)
@@ -269,23 +352,44 @@ def main() -> int:
     parser.add_argument("--kubeconfig", default=None, help="run against this server instead of starting one")
     parser.add_argument("--no-run", dest="run", action="store_false", help="leave out `gangscale run`")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--preload", action="store_true",
+                        help="load the objects in the server's process (EmbeddedAPIServer.load) instead of over HTTP")
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)  # --preload's server process
     args = parser.parse_args()
+    if args.serve is not None:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_preloaded(args.serve, args.kubeconfig))
+        return 0
     if args.quick:
         args.pods = 3000
     with tempfile.TemporaryDirectory() as tmp:
         row = asyncio.run(run(args, Path(tmp)))
     best_unpaged, best_paged = max(min(row["unpaged_s"]), 0.01), min(row["paged_s"])
     rss = f"; API server RSS {row['server_rss_mib']} MiB" if "server_rss_mib" in row else ""
-    print(f"{row['items']:,} pods of {row['pod_bytes']:,} bytes each (served), created and bound in "
-          f"{row['populate_s']} s{rss}")
-    print("| measurement | seconds | against the unpaged LIST |")
-    print("|---|---:|---:|")
-    print(f"| one unpaged LIST | {', '.join(map(str, row['unpaged_s']))} | 1.0x |")
+    if "server_rss_after_lists_mib" in row:
+        rss += f" ({row['server_rss_after_lists_mib']} MiB after the lists)"
+    how = "loaded in the server's process" if args.preload else "created and bound"
+    print(f"{row['items']:,} pods of {row['pod_bytes']:,} bytes each (served), {how} in {row['populate_s']} s{rss}")
+    if "preload" in row:
+        print(row["preload"])
+    if "populate_server_us" in row:
+        print(f"server CPU while populating: {row['populate_server_us']} µs per pod (its create and status patch, "
+              f"and a 30th of a node)")
+    server_cpu = "server_rss_mib" in row
+
+    def cpu(name: str) -> str:
+        return f" | {', '.join(map(str, row[name + '_server_us']))}" if server_cpu else ""
+
+    print("| measurement | seconds | against the unpaged LIST |" + (" server CPU µs per pod |" if server_cpu else ""))
+    print("|---|---:|---:|" + ("---:|" if server_cpu else ""))
+    print(f"| one unpaged LIST | {', '.join(map(str, row['unpaged_s']))} | 1.0x{cpu('unpaged')} |")
     print(f"| paged LIST, limit={row['page_size']} ({row['pages']} pages) | {', '.join(map(str, row['paged_s']))} "
-          f"| {best_paged / best_unpaged:.1f}x |")
+          f"| {best_paged / best_unpaged:.1f}x{cpu('paged')} |")
+    print(f"| paged LIST, limit={row['page_size']}, fieldSelector | {', '.join(map(str, row['filtered_s']))} "
+          f"| {min(row['filtered_s']) / best_unpaged:.1f}x{cpu('filtered')} |")
     if "run_sync_s" in row:
         print(f"| `gangscale run` start → synced and reconciled | {row['run_sync_s']} "
-              f"| {row['run_sync_s'] / best_unpaged:.1f}x |")
+              f"| {row['run_sync_s'] / best_unpaged:.1f}x |" + (" |" if server_cpu else ""))
     if args.json:
         args.json.write_text(json.dumps(row, indent=2))
     return 0

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 import pytest
 
 from gangscale.sim.apiserver import fieldmanager as fm
 from gangscale.sim.apiserver.errors import StatusError
-from gangscale.sim.apiserver.fieldsets import FieldSet, path_string, to_set
+from gangscale.sim.apiserver.fieldsets import (
+    FieldSet,
+    TypedError,
+    compare,
+    compare_normalized,
+    normalize,
+    path_string,
+    to_set,
+)
 from gangscale.sim.apiserver.shapes import SchemaShape, Shape, builtin_shape
 
 AV = "x.io/v1"
@@ -783,3 +792,73 @@ def test_manager_from_user_agent(manager: str | None, agent: str, expected: str)
 )
 def test_reset_fields_for(kind: str, sub: str | None, status_sub: bool, expected: tuple[Any, ...]) -> None:
     assert fm.reset_fields_for(kind, subresource=sub, status_subresource=status_sub) == expected
+
+
+# --- Compare without normalizing what is equal -------------------------------------------------------------
+
+def _mutated(rng: Any, value: Any) -> Any:
+    """``value`` with random changes: keys dropped, replaced by null / empty / scalars, list items dropped and
+    repeated, list keys and zero-valued fields added (what normalization and list keys react to)."""
+    if isinstance(value, dict):
+        out = dict(value)
+        for k in list(out):
+            roll = rng.random()
+            if roll < 0.08:
+                del out[k]
+            elif roll < 0.16:
+                out[k] = rng.choice([None, {}, [], "x", 0, False, 1.0])
+            elif roll < 0.5:
+                out[k] = _mutated(rng, out[k])
+        if rng.random() < 0.2:
+            out[rng.choice(["name", "protocol", "containerPort", "key", "image", "resources", "ports"])] = \
+                rng.choice([None, {}, "p", 80, [{"containerPort": 80}], {"a": 1}])
+        return out
+    if isinstance(value, list):
+        items = [_mutated(rng, v) if rng.random() < 0.5 else v for v in value]
+        if items and rng.random() < 0.2:
+            items.pop(rng.randrange(len(items)))
+        if items and rng.random() < 0.2:
+            items.append(copy.deepcopy(rng.choice(items)))
+        return items
+    return rng.choice([None, "y", 3, True, 3.0]) if rng.random() < 0.3 else value
+
+
+def _a_pod() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "labels": {"app": "a"}, "annotations": {"x": "1"},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                              "uid": "u", "controller": True}]},
+            "spec": {"nodeName": "n1", "containers": [
+                {"name": "main", "image": "i:1", "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.name"}}}],
+                 "ports": [{"containerPort": 80}, {"containerPort": 81, "protocol": "UDP"}],
+                 "resources": {"requests": {"cpu": "1"}}, "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+                "volumes": [{"name": "v", "configMap": {"name": "c"}}],
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0}]}}
+
+
+def _comparison(shape: Shape, lhs: Any, rhs: Any, fast: bool) -> Any:
+    try:
+        diff = compare_normalized(lhs, rhs, shape) if fast else \
+            compare(normalize(lhs, shape), normalize(rhs, shape), shape)
+    except TypedError as exc:
+        return "TypedError", str(exc)
+    return [sorted(map(path_string, s.paths())) for s in (diff.added, diff.modified, diff.removed)]
+
+
+@pytest.mark.parametrize("seed", range(40), ids=lambda s: f"seed-{s}")
+@pytest.mark.parametrize(("kind", "shape"), [("Pod", POD), ("Widget", WIDGET)], ids=["pod", "custom-resource"])
+def test_compare_normalized_is_compare_of_the_normalized_objects(kind: str, shape: Shape, seed: int) -> None:
+    """What an Update records is the comparison of the two objects as Go serializes them (zero fields filled in);
+    comparing them while normalizing only what differs must find the same added, modified and removed fields."""
+    rng = random.Random(seed)
+    base = _a_pod() if kind == "Pod" else {
+        "apiVersion": AV, "kind": "Widget", "metadata": {"name": "w"},
+        "spec": {"replicas": 1, "tags": ["a", "b"], "set": ["x"], "items": [{"name": "a", "v": 1}],
+                 "extra": {"free": {"form": 1}}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    one, other = _mutated(rng, base), _mutated(rng, base) if seed % 3 else base
+    for lhs, rhs in [(other, one), ({}, one), (one, other), (one, {}), (one, copy.deepcopy(one))]:
+        assert _comparison(shape, lhs, rhs, fast=True) == _comparison(shape, lhs, rhs, fast=False)

@@ -13,6 +13,7 @@ from gangscale.sim.apiserver.selectors import (
     field_set_from_jsonpaths,
     parse_field_selector,
     parse_label_selector,
+    selected_fields,
     supported_fields,
 )
 
@@ -261,6 +262,22 @@ FIELD_SETS = [
                          ids=[c[0] for c in FIELD_SETS])
 def test_field_set(kind: str, obj: dict[str, Any], expected: dict[str, str]) -> None:
     assert field_set(kind, obj) == expected
+
+
+ODD_POD = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": 7, "hostNetwork": "yes"},
+           "status": {"phase": None, "podIPs": ["not-an-object"], "podIP": "10.0.0.2"}}
+
+
+@pytest.mark.parametrize(("kind", "obj"), [*((c[1], c[2]) for c in FIELD_SETS), ("Pod", ODD_POD),
+                                           ("Pod", {"metadata": {"name": "p"}, "spec": "not-an-object"})],
+                         ids=[*(c[0] for c in FIELD_SETS), "pod-odd-values", "pod-spec-not-an-object"])
+def test_selected_fields_are_the_field_set_restricted(kind: str, obj: dict[str, Any]) -> None:
+    """What a selector reads of each object (only its fields) is what the whole field set says of them."""
+    full = field_set(kind, obj)
+    for name in sorted(supported_fields(kind)):
+        got = selected_fields(kind, obj, [name])
+        assert got.get(name, "") == full.get(name, ""), name
+    assert selected_fields(kind, obj, sorted(full)) == full
 
 
 def test_event_source_prefers_source_component() -> None:

@@ -33,6 +33,7 @@ from gangscale.sim.apiserver.deletion import DeletionVerbs
 from gangscale.sim.apiserver.errors import StatusError
 from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.listing import ListOptions
+from gangscale.sim.apiserver.managedfields import Entry, EntryKey, with_managed
 from gangscale.sim.apiserver.resources import Registry, ResourceType, StorageKey, storage_key
 from gangscale.sim.apiserver.store import Store
 
@@ -52,6 +53,22 @@ _SERVER_META = ("uid", "creationTimestamp", "resourceVersion", "generation", "de
 
 def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_last_second: list[tuple[int, str]] = [(-1, "")]
+
+
+def _rfc3339_cached(t: datetime) -> str:
+    """``rfc3339``, formatted once per second (a write asks for the time three times, a bulk load thousands of
+    times a second; ``strftime`` showed in its cost)."""
+    second = int(t.timestamp()) if t.tzinfo is not None else -1
+    last = _last_second[0]
+    if second >= 0 and second == last[0]:
+        return last[1]
+    text = rfc3339(t)
+    if second >= 0:
+        _last_second[0] = (second, text)
+    return text
 
 
 @dataclass
@@ -75,7 +92,7 @@ class ObjectAPI(DeletionVerbs):
     # --- helpers -------------------------------------------------------------------------------------
 
     def _now(self) -> str:
-        return rfc3339(self.clock())
+        return _rfc3339_cached(self.clock())
 
     def _stored(self, rt: ResourceType, ns: str, name: str) -> JSON:
         obj = self.store.get(storage_key(rt), ns if rt.namespaced else "", name)
@@ -131,15 +148,81 @@ class ObjectAPI(DeletionVerbs):
     def get(self, rt: ResourceType, ns: str, name: str) -> JSON:
         return from_storage(rt, self._stored(rt, ns, name))
 
+    def get_encoded(self, rt: ResourceType, ns: str, name: str) -> bytes:
+        """``json.dumps(get(...)).encode()``: the store's cached encoding when ``rt`` shows the object as stored."""
+        stored = self._stored(rt, ns, name)
+        if listing.served_as_stored(rt, stored):
+            return self.store.encoded(storage_key(rt), stored)
+        return json.dumps(storage_view(rt, stored)).encode()
+
     def list_objects(self, rt: ResourceType, ns: str | None, *, matches: Callable[[JSON], bool],
                      options: ListOptions | None = None, filtered: bool = True) -> JSON:
         """A list (one page of it with ``options.limit``): see :mod:`listing`. ``filtered``: a selector was given."""
         return listing.list_objects(self.store, rt, ns, matches, options or ListOptions(), filtered=filtered)
 
+    def list_encoded(self, rt: ResourceType, ns: str | None, *, matches: Callable[[JSON], bool],
+                     options: ListOptions | None = None, filtered: bool = True) -> bytes:
+        """``json.dumps(list_objects(...)).encode()``, from the objects' cached encodings
+        (:func:`listing.list_encoded`)."""
+        return listing.list_encoded(self.store, rt, ns, matches, options or ListOptions(), filtered=filtered)
+
     # --- create --------------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, ns: str, body: JSON, ctx: WriteContext) -> JSON:
-        obj = self._decode_body(rt, body)
+    def create(self, rt: ResourceType, ns: str, body: JSON, ctx: WriteContext, *, body_owned: bool = False) -> JSON:
+        """``body_owned``: the caller hands ``body`` over (a request's freshly decoded body), so it is not copied."""
+        obj = self._new_object(rt, ns, body, ctx, body_owned=body_owned)
+        return self._create_prepared(rt, ns, obj, ctx, managed=lambda o: fieldmanager.record_update(
+            None, o, manager=ctx.manager, shape=rt.shape, api_version=rt.api_version, subresource=None,
+            now=self._now()), owned=True)
+
+    def load(self, rt: ResourceType, ns: str, body: JSON, ctx: WriteContext, *,
+             status_manager: str | None = None) -> JSON:
+        """Bulk loading (``EmbeddedAPIServer.load``): :meth:`create`, with every check, default and managedFields
+        entry of a create; with ``status_manager``, a ``status`` in ``body`` is then written as that manager's merge
+        patch of the ``status`` subresource writes it (a kubelet's status update: its own managedFields entry,
+        checked as such an update is), and both are committed as one write: one revision, one ADDED event. The
+        object is what a create followed by that status patch would leave, but for its resourceVersion."""
+        if status_manager is None or not isinstance(body, dict) or body.get("status") is None:
+            return self.create(rt, ns, body, ctx)
+        status = body["status"]
+        obj = self._new_object(rt, ns, {k: v for k, v in body.items() if k != "status"}, ctx)
+        # The create's managedFields entries are handed to the status write as they are, not encoded into the object
+        # and decoded back (``created`` goes without them: nothing reads them but the field manager).
+        creates: list[dict[EntryKey, Entry]] = []
+
+        def managed(o: JSON) -> JSON:
+            result, entries = fieldmanager.record_update_entries(
+                None, {}, o, manager=ctx.manager, shape=rt.shape, api_version=rt.api_version, subresource=None,
+                now=self._now())
+            creates.append(entries or {})
+            return result
+
+        created = self._prepare_create(rt, ns, obj, ctx, managed=managed)
+        status_ctx = WriteContext(manager=status_manager, manager_explicit=True, dry_run=ctx.dry_run,
+                                  field_validation=ctx.field_validation, warnings=ctx.warnings)
+        if isinstance(status, dict) and isinstance(created.get("status"), dict):
+            # merge_patch(created, {"status": status}), without copying the rest of the object: it is not changed
+            new = {**created, "status": patching.merge_patch(created["status"], status)}
+        else:
+            new = patching.merge_patch(created, {"status": status})
+        # What the status endpoint resets (reset_for_subresource: everything but status, from the object before)
+        # is ``created``'s own already. A Pod's validation reads its metadata and spec only (see kindvalidation),
+        # which the create just validated and the status leaves as they were: the update's check of them would
+        # find the same; other kinds are checked as their status update is (a Node's status capacity, say).
+        if rt.kind != "Pod" or rt.custom:
+            new = self._validate(rt, new, created, status_ctx)
+        strategies.bump_generation(rt, created, new)
+        result, entries = fieldmanager.record_update_entries(
+            created, creates[0], new, manager=status_manager, shape=rt.shape, api_version=rt.api_version,
+            subresource="status", now=self._now(), reset_fields=_reset_fields(rt, "status"))
+        return self._commit_created(rt, with_managed(result, entries) if entries is not None else result, ctx,
+                                    owned=True)
+
+    def _new_object(self, rt: ResourceType, ns: str, body: JSON, ctx: WriteContext, *,
+                    body_owned: bool = False) -> JSON:
+        """A create's body decoded, its namespace and name settled (``generateName``), checked against the
+        namespace."""
+        obj = self._decode_body(rt, body, owned=body_owned)
         meta = obj.setdefault("metadata", {})
         if meta.get("resourceVersion"):
             raise E.bad_request("resourceVersion should not be set on objects to be created")
@@ -153,12 +236,15 @@ class ObjectAPI(DeletionVerbs):
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = self._generate_name(rt, ns, meta["generateName"])
         self._check_namespace(rt, ns, meta.get("name", ""))
-        return self._create_prepared(rt, ns, obj, ctx, managed=lambda o: fieldmanager.record_update(
-            None, o, manager=ctx.manager, shape=rt.shape, api_version=rt.api_version, subresource=None,
-            now=self._now()))
+        return obj
 
     def _create_prepared(self, rt: ResourceType, ns: str, obj: JSON, ctx: WriteContext,
-                         managed: Callable[[JSON], JSON]) -> JSON:
+                         managed: Callable[[JSON], JSON], *, owned: bool = False) -> JSON:
+        return self._commit_created(rt, self._prepare_create(rt, ns, obj, ctx, managed), ctx, owned=owned)
+
+    def _prepare_create(self, rt: ResourceType, ns: str, obj: JSON, ctx: WriteContext,
+                        managed: Callable[[JSON], JSON]) -> JSON:
+        """The object a create commits (in ``rt``'s version): server fields, defaults, validation, managedFields."""
         meta = obj["metadata"]
         for k in _SERVER_META:
             meta.pop(k, None)
@@ -169,8 +255,12 @@ class ObjectAPI(DeletionVerbs):
         name = meta.get("name", "")
         if self.store.get(storage_key(rt), ns if rt.namespaced else "", name) is not None:
             raise E.already_exists(rt.plural, rt.group, name)
-        obj = managed(obj)
-        stored = to_storage(rt, obj)
+        return managed(obj)
+
+    def _commit_created(self, rt: ResourceType, obj: JSON, ctx: WriteContext, *, owned: bool = False) -> JSON:
+        """Store a created object. ``owned``: it came out of ``record_update`` (which builds its top level and
+        metadata) from an object the request built: nothing else holds any part of it, no copy is needed."""
+        stored = to_storage(rt, obj, owned=owned)
         if ctx.dry_run:
             return from_storage(rt, stored)
         if rt.kind == "CustomResourceDefinition":
@@ -185,10 +275,10 @@ class ObjectAPI(DeletionVerbs):
                 return name
         raise E.already_exists(rt.plural, rt.group, prefix)
 
-    def _decode_body(self, rt: ResourceType, body: Any) -> JSON:
+    def _decode_body(self, rt: ResourceType, body: Any, *, owned: bool = False) -> JSON:
         if not isinstance(body, dict):
             raise E.bad_request(f"Object '{rt.kind}' is not a valid object")
-        obj = json_copy(body)
+        obj = body if owned else json_copy(body)
         api_version = obj.get("apiVersion", rt.api_version)
         kind = obj.get("kind", rt.kind)
         if kind != rt.kind:
@@ -209,8 +299,8 @@ class ObjectAPI(DeletionVerbs):
     # --- update / patch ------------------------------------------------------------------------------
 
     def replace(self, rt: ResourceType, ns: str, name: str, body: JSON, sub: str | None,
-                ctx: WriteContext) -> JSON:
-        new = self._decode_body(rt, body)
+                ctx: WriteContext, *, body_owned: bool = False) -> JSON:
+        new = self._decode_body(rt, body, owned=body_owned)
         meta = new.setdefault("metadata", {})
         if meta.get("name", name) != name:
             raise _name_mismatch(meta.get("name"), name)
@@ -293,7 +383,7 @@ class ObjectAPI(DeletionVerbs):
 
     def _update(self, rt: ResourceType, ns: str, name: str, stored: JSON, new: JSON, sub: str | None,
                 ctx: WriteContext, apply_managed: bool | None) -> JSON:
-        old = from_storage(rt, stored)
+        old = storage_view(rt, stored)  # only read (a write stores a new object): no copy
         new = strategies.reset_for_subresource(rt, old, new, sub)
         meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
         for k in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds",
@@ -320,7 +410,8 @@ class ObjectAPI(DeletionVerbs):
             return self._remove_now(rt, ns, name)
         if ctx.dry_run:
             return new
-        stored_new = to_storage(rt, new)
+        # Without apply, ``new`` came out of record_update from this request's own object: stored without a copy.
+        stored_new = to_storage(rt, new, owned=not apply_managed)
         committed = self.store.put(storage_key(rt), stored_new, added=False)
         if rt.kind == "CustomResourceDefinition":
             self._reinstall_crd(stored, committed)
@@ -338,7 +429,7 @@ class ObjectAPI(DeletionVerbs):
         rt = self.registry.lookup("", "v1", "pods")
         assert rt is not None
         stored = self._stored(rt, ns, name)
-        old = from_storage(rt, stored)
+        old = storage_view(rt, stored)
         new = json_copy(old)
         new.setdefault("spec", {})["nodeName"] = node
         conds = [c for c in new.setdefault("status", {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
@@ -349,7 +440,7 @@ class ObjectAPI(DeletionVerbs):
                                          api_version=rt.api_version, subresource=None, now=self._now())
         if ctx.dry_run:
             return new
-        return storage_view(rt, self.store.put(storage_key(rt), to_storage(rt, new), added=False))
+        return storage_view(rt, self.store.put(storage_key(rt), to_storage(rt, new, owned=True), added=False))
 
 
 # --- small helpers -----------------------------------------------------------------------------------

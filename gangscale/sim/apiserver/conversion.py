@@ -34,8 +34,10 @@ def _is_events_api(rt: ResourceType) -> bool:
     return rt.kind == "Event" and rt.group == "events.k8s.io"
 
 
-def to_storage(rt: ResourceType, obj: JSON) -> JSON:
-    """The object as stored, from the shape of ``rt``'s version. Returns a new dict."""
+def to_storage(rt: ResourceType, obj: JSON, *, owned: bool = False) -> JSON:
+    """The object as stored, from the shape of ``rt``'s version. Returns a new dict; with ``owned`` (the caller
+    built ``obj`` and hands it over: nothing else holds any part of it that anyone will change), ``obj`` itself
+    when only its ``apiVersion`` changes."""
     if _is_events_api(rt):
         out: JSON = {"apiVersion": "v1", "kind": "Event"}
         for key in _EVENT_SHARED:
@@ -45,7 +47,7 @@ def to_storage(rt: ResourceType, obj: JSON) -> JSON:
             if new in obj:
                 out[old] = json_copy(obj[new])
         return out
-    out = json_copy(obj)
+    out = obj if owned else json_copy(obj)
     if rt.custom or rt.kind != "Event":
         storage_av = f"{rt.group}/{rt.storage_version}" if rt.group else rt.storage_version
         out["apiVersion"] = storage_av or rt.api_version

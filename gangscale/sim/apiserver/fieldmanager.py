@@ -42,7 +42,7 @@ re-exported here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,6 +60,7 @@ from gangscale.sim.apiserver.fieldpath import FieldPath, FieldSet, path_string, 
 from gangscale.sim.apiserver.fieldsets import (
     TypedError,
     compare,
+    compare_normalized,
     ensure_named,
     json_equal,
     merge,
@@ -87,6 +88,7 @@ from gangscale.sim.apiserver.shapes import Path, Shape
 __all__ = [
     "FIELD_MANAGER_MAX_LENGTH", "LAST_APPLIED", "MAX_UPDATE_MANAGERS", "ApplyConflict", "apply",
     "check_applied_identity", "manager_from_user_agent", "missing_manager_error", "record_update",
+    "record_update_entries",
     "reset_fields_for", "validate_apply_body", "validate_patch_options",
 ]
 
@@ -141,7 +143,7 @@ class _Ctx:
 def _record(ctx: _Ctx, live: JSON, new: JSON, entries: dict[EntryKey, Entry], *,
             manager: str) -> dict[EntryKey, Entry]:
     """An Update: the write's changes move to ``manager``'s Update entry."""
-    diff = compare(normalize(live, ctx.shape), normalize(new, ctx.shape), ctx.shape).exclude(ctx.ignored)
+    diff = compare_normalized(live, new, ctx.shape).exclude(ctx.ignored)
     changed = diff.modified.union(diff.added)
     out = {}
     for key, e in entries.items():
@@ -320,26 +322,45 @@ def _sync_last_applied(obj: JSON, applied: JSON) -> None:
 
 def record_update(old: JSON | None, new: JSON, *, manager: str, shape: Shape, api_version: str,
                   subresource: str | None, now: str, reset_fields: Iterable[Path] = ()) -> JSON:
-    """managedFields after a create (``old`` None), PUT or non-apply PATCH; returns ``new`` updated."""
-    requested = managed_of(new)
+    """managedFields after a create (``old`` None), PUT or non-apply PATCH: ``new`` with its managedFields, a new
+    object whose top level and metadata are new, everything else ``new``'s own (``new`` itself is not changed)."""
     if subresource:
-        entries = decode_or_empty(managed_of(old))  # a subresource cannot rewrite managedFields
-    elif requested in ([], [{}]):
-        entries = {}
+        live = decode_or_empty(managed_of(old))  # a subresource cannot rewrite managedFields
     else:
-        entries = decode_or_empty(requested) or decode_or_empty(managed_of(old))
-    result = without_managed(new)
-    if not entries and old is not None:
-        return result  # an object whose managedFields were reset stays untracked
+        requested = managed_of(new)
+        live = {} if requested in ([], [{}]) else decode_or_empty(requested) or decode_or_empty(managed_of(old))
+    result, entries = record_update_entries(old, live, new, manager=manager, shape=shape, api_version=api_version,
+                                            subresource=subresource, now=now, reset_fields=reset_fields,
+                                            on_error=lambda: decode_or_empty(managed_of(old)))
+    return with_managed(result, entries) if entries is not None else result
+
+
+def record_update_entries(old: JSON | None, live: dict[EntryKey, Entry], new: JSON, *, manager: str, shape: Shape,
+                          api_version: str, subresource: str | None, now: str, reset_fields: Iterable[Path] = (),
+                          on_error: Callable[[], dict[EntryKey, Entry]] | None = None,
+                          ) -> tuple[JSON, dict[EntryKey, Entry] | None]:
+    """``record_update`` with the managedFields entries the write starts from (``live``: decoded from ``old`` or the
+    request, as it decides) given and the result's returned undecoded: ``(new without managedFields, its entries, or
+    None when it stays untracked)``. For a caller that writes an object twice in a row (a bulk load's create, then
+    its status) without encoding the entries in between. ``on_error``: the entries kept when the objects cannot be
+    typed (default ``live``)."""
+    # Not a deep copy: the callers own ``new`` and drop it for the result (a copy of every written object here was
+    # a tenth of a write's cost).
+    result = dict(new)
+    meta = new.get("metadata")
+    if isinstance(meta, dict):
+        result["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    if not live and old is not None:
+        return result, None  # an object whose managedFields were reset stays untracked
     ctx = _Ctx(shape, api_version, subresource or "", now, set_of_names(*reset_fields))
     try:
         # _record only reads the old object (normalize builds new values), so a view will do.
-        entries = _record(ctx, managed_stripped_view(old) if old is not None else {}, result, entries,
+        entries = _record(ctx, managed_stripped_view(old) if old is not None else {}, result, live,
                           manager=manager or "unknown")
     except TypedError:
         # UpdateNoErrors: keep the live object's managedFields rather than failing the write.
-        return with_managed(result, decode_or_empty(managed_of(old)))
-    return with_managed(result, entries)
+        return result, on_error() if on_error is not None else live
+    return result, entries
 
 
 def reset_fields_for(kind: str, *, subresource: str | None, status_subresource: bool) -> tuple[Path, ...]:

@@ -21,7 +21,9 @@ Not reproduced:
 
 from __future__ import annotations
 
+import functools
 import json
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,19 +96,50 @@ def path_string(path: FieldPath) -> str:
     return "".join(pe_string(pe) for pe in path)
 
 
+_KEY_WIRE: dict[Any, str] = {}
+_FIELD_WIRE: dict[str, str] = {}
+#: The FieldsV1 forms built, hash-consed: a node's dict is shared by every entry whose subtree there is the same, and
+#: every leaf is one empty dict. The managedFields of objects made from one template (pods of a Deployment, whose
+#: entries differ in nothing but their time) then share all of their FieldsV1 — half of such an object's JSON, and
+#: most of its memory as dicts. They are parts of stored objects, which are never changed in place (nor are these
+#: changed by anything that reads them). A key holds the ids of its children, alive as long as its dict is; the
+#: table is emptied when it reaches _CANONICAL_MAX nodes (the objects keep what they hold).
+_LEAF: dict[str, Any] = {}
+_CANONICAL: dict[tuple[Any, ...], dict[str, Any]] = {}
+_CANONICAL_MAX = 1 << 17
+
+
 def _pe_wire(pe: PE) -> str:
     kind, payload = pe
     if kind == "f":
-        return f"f:{payload}"
+        text = _FIELD_WIRE.get(payload)
+        if text is None:
+            if len(_FIELD_WIRE) > 1 << 16:
+                _FIELD_WIRE.clear()
+            text = _FIELD_WIRE[payload] = "f:" + payload
+        return text
     if kind == "k":
-        return "k:{" + ",".join(f"{go_json(n, exact=True)}:{go_json(thaw(v), exact=True)}"
-                                for n, v in payload) + "}"
+        # Keys of strings only (a container's name, a condition's type) are cached: equal payloads print alike
+        # (a number is not cached: 1e21 equals 10**21 and prints otherwise).
+        cacheable = all(v[0] == 1 for _, v in payload)
+        if cacheable:
+            text = _KEY_WIRE.get(payload)
+            if text is not None:
+                return text
+        text = "k:{" + ",".join(f"{go_json(n, exact=True)}:{go_json(thaw(v), exact=True)}" for n, v in payload) + "}"
+        if cacheable:
+            if len(_KEY_WIRE) > 1 << 16:
+                _KEY_WIRE.clear()
+            _KEY_WIRE[payload] = text
+        return text
     if kind == "v":
         return "v:" + go_json(thaw(payload), exact=True)
     return f"i:{payload}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _pe_from_wire(key: str) -> PE | None:
+    """(Cached: objects of one kind repeat the same keys, and a path element is an immutable tuple.)"""
     if len(key) < 2 or key[1] != ":":
         raise ValueError(f"invalid path element {key!r}")
     body = key[2:]
@@ -145,7 +178,10 @@ class FieldSet:
     def insert(self, path: FieldPath) -> None:
         node = self
         for pe in path[:-1]:
-            node = node.children.setdefault(pe, FieldSet())
+            child = node.children.get(pe)
+            if child is None:
+                child = node.children[pe] = FieldSet()
+            node = child
         node.members.add(path[-1])
 
     def has(self, path: FieldPath) -> bool:
@@ -175,9 +211,16 @@ class FieldSet:
         return FieldSet(self.members & other.members, {pe: c for pe, c in kids.items() if not c.empty()})
 
     def difference(self, other: FieldSet) -> FieldSet:
+        """(``self`` itself when ``other`` takes nothing from it: sets are not changed once built, and an entry that
+        keeps its set keeps its wire form, see ``to_fields_v1``.)"""
+        if other.empty():
+            return self
         kids = {pe: c.difference(other.children[pe]) if pe in other.children else c
                 for pe, c in self.children.items()}
-        return FieldSet(self.members - other.members, {pe: c for pe, c in kids.items() if not c.empty()})
+        members = self.members - other.members
+        if len(members) == len(self.members) and all(kids[pe] is c for pe, c in self.children.items()):
+            return self
+        return FieldSet(members, {pe: c for pe, c in kids.items() if not c.empty()})
 
     def recursive_difference(self, other: FieldSet) -> FieldSet:
         """Also drops whole subtrees under members of ``other``."""
@@ -193,18 +236,41 @@ class FieldSet:
             yield from self.children[pe].paths((*prefix, pe))
 
     def to_fields_v1(self, include_self: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if include_self and not self.empty():
-            out["."] = {}
-        for pe in sorted(self.members | set(self.children), key=pe_order):
-            child = self.children.get(pe)
-            out[_pe_wire(pe)] = child.to_fields_v1(pe in self.members) if child is not None else {}
+        if not include_self:
+            known = _SET_WIRE.get(id(self))
+            if known is not None and known[0] is self:
+                return known[1]
+            out = self._wire(False)
+            _remember(self, out)
+            return out
+        return self._wire(include_self)
+
+    def _wire(self, include_self: bool) -> dict[str, Any]:
+        members, children = self.members, self.children
+        pes = members | children.keys() if children else members
+        items = [(_pe_wire(pe), children[pe]._wire(pe in members) if pe in children else _LEAF)
+                 for pe in (sorted(pes, key=pe_order) if len(pes) > 1 else pes)]
+        dot = include_self and bool(pes)
+        # Hash-consed: equal wire forms are one dict (see _CANONICAL), found by their keys and children's identities.
+        key = (dot, *((k, id(v)) for k, v in items))
+        out = _CANONICAL.get(key)
+        if out is None:
+            out = {".": _LEAF} if dot else {}
+            out.update(items)
+            if len(_CANONICAL) >= _CANONICAL_MAX:
+                _CANONICAL.clear()
+            _CANONICAL[key] = out
         return out
 
     @classmethod
     def from_fields_v1(cls, obj: Any) -> FieldSet:
+        known = _WIRE_SET.get(id(obj))
+        if known is not None and known[0] is obj:
+            return known[1]
         found, _ = cls._read(obj)
-        return found or cls()
+        out = found or cls()
+        _remember(out, obj)
+        return out
 
     @classmethod
     def _read(cls, obj: Any) -> tuple[FieldSet | None, bool]:
@@ -226,6 +292,25 @@ class FieldSet:
             if grand is not None:
                 node.children[pe] = grand
         return node, is_member or node is None
+
+
+# The wire forms built or read lately, both ways. A FieldSet is not changed once built (the set operations build new
+# ones, sharing unchanged children), nor is a FieldsV1 dict once it is part of an object (stored objects are never
+# changed in place), so an entry a write keeps is not encoded again, and one read back from the object it was
+# written into is not decoded again (a managedFields entry is read and written on every write). Each holds both
+# objects, so an id is not reused while it is remembered; the last _REMEMBERED pairs are kept.
+_REMEMBERED = 512
+_SET_WIRE: OrderedDict[int, tuple[FieldSet, dict[str, Any]]] = OrderedDict()
+_WIRE_SET: OrderedDict[int, tuple[Any, FieldSet]] = OrderedDict()
+
+
+def _remember(fields: FieldSet, wire: dict[str, Any]) -> None:
+    _SET_WIRE[id(fields)] = (fields, wire)
+    _WIRE_SET[id(wire)] = (wire, fields)
+    while len(_SET_WIRE) > _REMEMBERED:
+        _SET_WIRE.popitem(last=False)
+    while len(_WIRE_SET) > _REMEMBERED:
+        _WIRE_SET.popitem(last=False)
 
 
 def set_of_names(*paths: Path) -> FieldSet:

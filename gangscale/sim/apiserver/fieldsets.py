@@ -21,6 +21,7 @@ Not reproduced:
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from gangscale.sim.apiserver.fieldpath import (
@@ -37,7 +38,8 @@ from gangscale.sim.apiserver.jsoncopy import json_copy
 from gangscale.sim.apiserver.shapes import ListShape, ListType, Path, Shape
 
 __all__ = [
-    "MISSING", "PE", "Comparison", "FieldPath", "FieldSet", "TypedError", "compare", "ensure_named",
+    "MISSING", "PE", "Comparison", "FieldPath", "FieldSet", "TypedError", "compare", "compare_normalized",
+    "ensure_named",
     "item_pe", "json_equal", "merge", "names", "normalize", "path_string", "remove_items", "set_of_names",
     "to_set", "validate",
 ]
@@ -49,6 +51,14 @@ class TypedError(Exception):
 
 def json_equal(a: Any, b: Any) -> bool:
     """JSON equality: booleans are not numbers, 1 equals 1.0."""
+    kind = type(a)
+    if (kind is dict or kind is list) and a == b:
+        # Python's == (in C) already holds but for booleans against numbers; equal reprs rule those out too (True
+        # prints as True, 1 as 1), at C speed. NaN, which == between containers takes as equal to itself, is left
+        # to the walk below.
+        text = repr(a)
+        if text == repr(b) and "nan" not in text:
+            return True
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, dict):
@@ -95,7 +105,10 @@ def item_pe(item: Any, index: int, ls: ListShape) -> PE:
 
 def _index(items: Any, path: FieldPath, shape: Shape) -> dict[PE, Any]:
     """Items by path element; repeats are ignored as the library does for live objects."""
-    ls = shape.list_shape(names(path))
+    return _index_items(items, path, shape.list_shape(names(path)))
+
+
+def _index_items(items: Any, path: FieldPath, ls: ListShape) -> dict[PE, Any]:
     out: dict[PE, Any] = {}
     for i, item in enumerate(items if isinstance(items, list) else []):
         try:
@@ -206,6 +219,141 @@ class Comparison:
             if pe not in right:
                 self.walk(item, MISSING, (*path, pe))
         return True
+
+
+class _Level:
+    """What a shape says of one names path, asked once: the walks below go down a tree of these by field name
+    instead of hashing the whole path at every node (five lookups a node, each hashing a tuple as deep as it)."""
+
+    __slots__ = ("_kids", "list_atomic", "list_shape", "map_atomic", "npath", "shape", "zero")
+
+    #: Children remembered per level at most: the keys of a free-form map (labels, a CRD's unknown fields) are data.
+    MAX_CHILDREN = 1024
+
+    def __init__(self, shape: Shape, npath: Path) -> None:
+        self.shape, self.npath = shape, npath
+        self.zero = shape.zero_fields(npath)
+        self.map_atomic = bool(npath) and shape.map_atomic(npath)
+        self.list_shape = shape.list_shape(npath)
+        self.list_atomic = self.list_shape.type is ListType.ATOMIC
+        self._kids: dict[str, _Level] = {}
+
+    def child(self, name: str) -> _Level:
+        level = self._kids.get(name)
+        if level is None:
+            level = _Level(self.shape, (*self.npath, name))
+            if len(self._kids) < self.MAX_CHILDREN:
+                self._kids[name] = level
+        return level
+
+
+_LEVELS: weakref.WeakKeyDictionary[Any, _Level] = weakref.WeakKeyDictionary()
+
+
+def _root_level(shape: Shape) -> _Level:
+    try:
+        level = _LEVELS.get(shape)
+    except TypeError:  # a shape that cannot be weakly referenced: not remembered
+        return _Level(shape, ())
+    if level is None:
+        level = _LEVELS[shape] = _Level(shape, ())
+    return level
+
+
+class _NormalizingComparison(Comparison):
+    """``Compare`` of the normalized values (``normalize``) of two raw ones, normalizing only the containers it
+    walks into: a subtree equal on both sides is skipped before it is normalized (normalizing both whole objects
+    first, two deep copies, cost more than the comparison of a write that changes a few fields).
+
+    Each step is the parent class's on the normalized values: raw values that are equal normalize equal; a walked
+    container is normalized one level (``_shallow``: the zero fields it lacks, its children still raw) so that its
+    truthiness, key order, list item keys and the children walked are the normalized ones; a container that is
+    not walked into (atomic, or empty) is normalized whole before it is compared."""
+
+    def walk_raw(self, lhs: Any, rhs: Any, path: FieldPath, level: _Level) -> None:
+        if lhs is MISSING and path:
+            self._add_all(rhs, path, level, self._node(path[:-1]))
+            return
+        if lhs is not MISSING and rhs is not MISSING and lhs == rhs and json_equal(lhs, rhs):
+            return
+        lhs, rhs = _shallow(lhs, level), _shallow(rhs, level)
+        kinds = {type(v) for v in (lhs, rhs) if v is not MISSING and v is not None}
+        walked = len(kinds) == 1 and kinds <= {dict, list} and self._descend_raw(lhs, rhs, path, level)
+        if not path:
+            return
+        if lhs is MISSING:
+            self.added.insert(path)
+        elif rhs is MISSING:
+            self.removed.insert(path)
+        elif not walked and not json_equal(normalize(lhs, self.shape, level.npath),
+                                           normalize(rhs, self.shape, level.npath)):
+            self.modified.insert(path)
+
+    def _node(self, path: FieldPath) -> FieldSet:
+        """The node of ``added`` at ``path``, made if missing."""
+        node = self.added
+        for pe in path:
+            child = node.children.get(pe)
+            if child is None:
+                child = node.children[pe] = FieldSet()
+            node = child
+        return node
+
+    def _add_all(self, value: Any, path: FieldPath, level: _Level, parent: FieldSet) -> None:
+        """``walk_raw(MISSING, value, path, level)``: every node of the normalized value is added (a created
+        object's fields, a new list item's): ``parent`` is ``added``'s node at ``path[:-1]``, ``path`` not empty."""
+        value = _shallow(value, level)
+        kind = type(value)
+        if kind is dict and value and not level.map_atomic:
+            node = parent.children.get(path[-1])
+            if node is None:
+                node = parent.children[path[-1]] = FieldSet()
+            for k, v in value.items():
+                self._add_all(v, (*path, ("f", k)), level.child(k), node)
+        elif kind is list and value and not level.list_atomic:
+            node = parent.children.get(path[-1])
+            if node is None:
+                node = parent.children[path[-1]] = FieldSet()
+            for pe, item in _index_items([_shallow(v, level) for v in value], path, level.list_shape).items():
+                self._add_all(item, (*path, pe), level, node)
+        parent.members.add(path[-1])
+
+    def _descend_raw(self, lhs: Any, rhs: Any, path: FieldPath, level: _Level) -> bool:
+        value = lhs if rhs is MISSING or rhs is None else rhs
+        if not (lhs or rhs) or (path and (level.map_atomic if isinstance(value, dict) else level.list_atomic)):
+            return False
+        if isinstance(value, dict):
+            lm, rm = lhs if isinstance(lhs, dict) else {}, rhs if isinstance(rhs, dict) else {}
+            for k in [*lm, *(k for k in rm if k not in lm)]:
+                self.walk_raw(lm.get(k, MISSING), rm.get(k, MISSING), (*path, ("f", k)), level.child(k))
+            return True
+        # List items are normalized at the list's own names path; their keys are read from the normalized items.
+        ls = level.list_shape
+        left = _index_items([_shallow(v, level) for v in lhs] if isinstance(lhs, list) else [], path, ls)
+        right = _index_items([_shallow(v, level) for v in rhs] if isinstance(rhs, list) else [], path, ls)
+        for pe, item in right.items():
+            self.walk_raw(left.get(pe, MISSING), item, (*path, pe), level)
+        for pe, item in left.items():
+            if pe not in right:
+                self.walk_raw(item, MISSING, (*path, pe), level)
+        return True
+
+
+def _shallow(value: Any, level: _Level) -> Any:
+    """``normalize`` one level down: a dict gets the zero fields it lacks (normalized when walked into)."""
+    if type(value) is not dict:
+        return value
+    zero = level.zero
+    if not zero or all(k in value for k in zero):
+        return value
+    return {**value, **{k: json_copy(z) for k, z in zero.items() if k not in value}}
+
+
+def compare_normalized(lhs: Any, rhs: Any, shape: Shape) -> Comparison:
+    """``compare(normalize(lhs, shape), normalize(rhs, shape), shape)``, without normalizing what is equal."""
+    out = _NormalizingComparison(shape)
+    out.walk_raw(lhs, rhs, (), _root_level(shape))
+    return out
 
 
 class _Missing:

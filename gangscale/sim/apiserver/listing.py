@@ -34,6 +34,12 @@ and ``k8s.io/apimachinery/pkg/apis/meta/internalversion/validation`` (checked ag
   ``continue``, of an unknown value, or ``Exact`` with ``0``, and ``sendInitialEvents`` on a list, are ``422``
   ``ListOptions.meta.k8s.io "" is invalid``.
 
+- **Encoding** (the watch cache's ``cachingObject``): the HTTP answer of a list is built by :func:`list_encoded`
+  from each object's cached JSON encoding (``Store.encoded``), joined; the bytes are those ``json.dumps`` gives
+  for the answer of :func:`list_objects`. Items a version converts (custom resources read at a version other
+  than the stored one, events.k8s.io Events) are encoded per request; Table answers are built from
+  :func:`list_objects`.
+
 Not reproduced: the real cacher waits up to 3 s for a too-new resourceVersion to arrive before the 504 (this
 store answers at once); a JSON error inside a token that base64-decodes is worded as Go's decoder words it only
 for the common faults (Python's decoder finds the fault, Go's words are put on it; a fault Go would report at
@@ -48,7 +54,7 @@ import binascii
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver import fielderrors as fe
@@ -59,6 +65,7 @@ from gangscale.sim.apiserver.resources import ResourceType, storage_key
 from gangscale.sim.apiserver.store import Store, TooOldResourceVersion
 
 JSON = dict[str, Any]
+T = TypeVar("T")
 
 TOKEN_VERSION = "meta.k8s.io/v1"
 _INVALID = "continue key is not valid"
@@ -285,6 +292,55 @@ def list_objects(store: Store, rt: ResourceType, ns: str | None, matches: Callab
 
     Items are views of the stored objects (top level new, the rest shared): a list answer is only serialized,
     and stored objects are never changed in place."""
+
+    def item(path: str, obj: JSON) -> JSON | None:
+        view = storage_view(rt, obj)
+        return view if matches(view) else None
+
+    meta, items = _read(store, rt, ns, matches, opts, filtered, item)
+    return _list_body(rt, meta, items)
+
+
+def list_encoded(store: Store, rt: ResourceType, ns: str | None, matches: Callable[[JSON], bool],
+                 opts: ListOptions, *, filtered: bool) -> bytes:
+    """``json.dumps(list_objects(...)).encode()``, byte for byte, built from the store's encodings of the objects
+    (:meth:`Store.encoded`) where an item is the stored object itself; others (custom resources at another version,
+    events.k8s.io Events) are converted and encoded here."""
+    key = storage_key(rt)
+    everything = getattr(matches, "empty", False)  # the server's matcher for a request without selectors
+
+    def item(path: str, obj: JSON) -> bytes | None:
+        if served_as_stored(rt, obj):
+            return store.encoded(key, obj, path) if everything or matches(obj) else None
+        view = storage_view(rt, obj)
+        return json.dumps(view).encode() if everything or matches(view) else None
+
+    meta, items = _read(store, rt, ns, matches, opts, filtered, item)
+    head = json.dumps(_list_body(rt, meta, [])).encode()
+    assert head.endswith(b"[]}")  # "items" is the last key
+    if not items:
+        return head
+    # One join, and so one copy of the page's bytes (they are megabytes: each extra copy showed in its cost).
+    items[0] = head[:-2] + items[0]
+    items[-1] = items[-1] + b"]}"
+    return b", ".join(items)
+
+
+def served_as_stored(rt: ResourceType, stored: JSON) -> bool:
+    """Whether ``rt``'s version shows a stored object exactly as stored (same keys in the same order, same values),
+    so that its stored encoding is the answer: ``storage_view`` only sets ``apiVersion`` and ``kind``."""
+    return stored.get("apiVersion") == rt.api_version and stored.get("kind") == rt.kind and not (
+        rt.group == "events.k8s.io" and rt.kind == "Event")
+
+
+def _list_body(rt: ResourceType, meta: JSON, items: list[Any]) -> JSON:
+    return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items}
+
+
+def _read(store: Store, rt: ResourceType, ns: str | None, matches: Callable[[JSON], bool], opts: ListOptions,
+          filtered: bool, item: Callable[[str, JSON], T | None]) -> tuple[JSON, list[T]]:
+    """The list's metadata and its items: ``item(key, stored object)`` for each object read, None when it does not
+    pass the selectors."""
     validate(opts)
     key = storage_key(rt)
     prefix = f"{ns}/" if rt.namespaced and ns is not None else ""
@@ -297,16 +353,16 @@ def list_objects(store: Store, rt: ResourceType, ns: str | None, matches: Callab
         err = E.gone(INCONSISTENT_CONTINUE)
         err.list_meta = {"continue": encode_continue(start, -1)}
         raise err from exc
-    items: list[JSON] = []
+    items: list[T] = []
     last = ""
     more = False
     for path, obj in found:
         if limit and len(items) >= limit:
             more = True  # a key past a full page: there is more to read, matching or not
             break
-        view = storage_view(rt, obj)
-        if matches(view):
-            items.append(view)
+        out = item(path, obj)
+        if out is not None:
+            items.append(out)
             last = path
     meta: JSON = {"resourceVersion": str(rv)}
     if more:
@@ -314,7 +370,7 @@ def list_objects(store: Store, rt: ResourceType, ns: str | None, matches: Callab
         meta["continue"] = encode_continue(next_start, rv)
         if not filtered:
             meta["remainingItemCount"] = store.count(key, rv, prefix, next_start)
-    return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items}
+    return meta, items
 
 
 def _read_point(store: Store, opts: ListOptions) -> tuple[int, str, int]:

@@ -32,6 +32,7 @@ from gangscale.sim.apiserver.fieldselectors import (
     field_set,
     field_set_from_jsonpaths,
     parse_field_selector,
+    selected_fields,
     supported_fields,
     unsupported_field_error,
 )
@@ -39,8 +40,8 @@ from gangscale.sim.apiserver.metavalidation import is_label_value, is_qualified_
 
 __all__ = [
     "FieldRequirement", "FieldSelector", "LabelSelector", "Requirement", "check_field_selector", "field_set",
-    "field_set_from_jsonpaths", "parse_field_selector", "parse_label_selector", "supported_fields",
-    "unsupported_field_error",
+    "field_set_from_jsonpaths", "parse_field_selector", "parse_label_selector", "selected_fields",
+    "supported_fields", "unsupported_field_error",
 ]
 
 _BINARY_OPERATORS = ("in", "notin", "=", "==", "!=", "gt", "lt")

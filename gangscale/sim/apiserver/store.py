@@ -27,6 +27,19 @@ copy-on-write snapshots per revision (the real watch cache clones a B-tree per e
 kubernetes 1.34+), needs a persistent tree: O(log n) node copies per write in Python, and a slower point read,
 for no gain over versions this store already retains for watches.
 
+Encodings (:meth:`Store.encoded`). Because a stored object never changes, its JSON encoding (``json.dumps(obj)``
+with the server's default separators, as the HTTP side writes every answer) is computed once, the first time a
+LIST page, a GET or a watch event serves it, and kept next to it: every later page, GET and watcher of that
+object writes the same bytes, as the real watch cache's ``cachingObject`` serializes an object once per encoder
+for all its watchers. A LIST page is then the pages' cached encodings joined. An encoding lives exactly as long
+as its object is readable: it is dropped when the object is replaced or deleted and that change leaves the window
+(trim, :meth:`Store.compact`, ``set_window``), or with its resource (:meth:`Store.drop_resource`), so the cache
+holds at most one encoding per live object plus one per retained older version. Only the stored object's own
+bytes are cached: an answer that differs from it (another version of a custom resource, events.k8s.io Events,
+a Table, the object a filtered watch sends as DELETED) is encoded per request, or once per event for all
+its watchers (:meth:`Event.encoding`). ``VERIFY_ENCODINGS`` (tests set it) re-encodes on every use and fails
+if the cached bytes are stale.
+
 All methods are synchronous and the store is only touched from the event loop, so each call is atomic
 with respect to every other request, as a single etcd transaction is.
 """
@@ -35,6 +48,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import json
+import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -49,6 +64,10 @@ ObjKey = tuple[str, str]  # (namespace or "", name)
 Version = tuple[int, JSON | None]
 
 DEFAULT_WINDOW = 1000
+#: For tests (``GANGSCALE_SIM_VERIFY_ENCODINGS=1``, or set by them): every committed object is encoded at once, and
+#: every cached encoding is compared with a fresh ``json.dumps`` when it is used and when its object is replaced, so
+#: a stale encoding, or a stored object changed in place, fails loudly.
+VERIFY_ENCODINGS = os.environ.get("GANGSCALE_SIM_VERIFY_ENCODINGS", "") == "1"
 # A watcher that falls this far behind is closed, as the real watch cache closes slow watchers.
 WATCHER_QUEUE_LIMIT = 10_000
 
@@ -59,14 +78,31 @@ class Event:
     type: str  # ADDED | MODIFIED | DELETED
     obj: JSON  # stored form, after the change (DELETED: the last stored state)
     prev: JSON | None  # stored form before the change (None for ADDED)
+    #: Encodings of what watchers are sent for this event, by what they are (see :meth:`encoding`).
+    _encodings: dict[Any, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def encoding(self, tag: Any, build: Callable[[], JSON]) -> bytes:
+        """The JSON encoding of an object derived from this event (``build()``; ``tag`` names which one, e.g. the
+        version it is shown at), computed for the first watcher that is sent it and reused for the others. It
+        lives as long as the event (the window's log, the queues of watchers it is still to be sent to)."""
+        raw = self._encodings.get(tag)
+        if raw is None:
+            raw = self._encodings[tag] = json.dumps(build()).encode()
+        elif VERIFY_ENCODINGS and json.dumps(build()).encode() != raw:
+            raise AssertionError(f"stale encoding of event {self.rv} ({tag!r})")
+        return raw
+
+
+#: What a watcher is sent: (type, the object as its version shows it, that object's JSON encoding when known).
+WatchItem = tuple[str, JSON, bytes | None]
 
 
 @dataclass(eq=False)
 class Watcher:
     key: StorageKey
-    # Decides what a watcher sees of an event: None to skip, else (type, object) already converted.
-    project: Callable[[Event], tuple[str, JSON] | None]
-    queue: asyncio.Queue[tuple[str, JSON] | None] = field(default_factory=asyncio.Queue)
+    # Decides what a watcher sees of an event: None to skip, else the item to send (object already converted).
+    project: Callable[[Event], WatchItem | None]
+    queue: asyncio.Queue[WatchItem | None] = field(default_factory=asyncio.Queue)
     closed: bool = False
     #: Events offered and not yet written to the stream (queued, or being sent).
     unsent: int = 0
@@ -126,6 +162,19 @@ class _Keyspace:
     log: deque[Event] = field(default_factory=deque)
     #: Highest revision dropped from ``log``: reads and watches must start at or after it.
     horizon: int = 0
+    #: ``id(obj) -> (obj, json.dumps(obj).encode())`` for objects in ``objects`` or ``versions`` that were served.
+    encoded: dict[int, tuple[JSON, bytes]] = field(default_factory=dict)
+
+    def holds(self, path: str, obj: JSON) -> bool:
+        """Whether ``obj`` is ``path``'s current object or one of its retained versions (not a copy of one)."""
+        if self.objects.get(path) is obj:
+            return True
+        chain = self.versions.get(path)
+        return chain is not None and any(o is obj for _, o in chain)
+
+    def _forget_encoding(self, obj: JSON | None) -> None:
+        if obj is not None:
+            self.encoded.pop(id(obj), None)
 
     def record(self, path: str, rv: int, prev: JSON | None, new: JSON | None) -> None:
         """Note a committed change of ``path`` (``new`` None: deleted) before ``objects`` is updated."""
@@ -148,6 +197,9 @@ class _Keyspace:
         while drop < len(chain) and chain[drop][0] < rv:
             drop += 1
         if drop:
+            for _, obj in chain[:drop]:
+                if obj is not None and self.objects.get(path) is not obj:
+                    self._forget_encoding(obj)
             del chain[:drop]
         if len(chain) <= 1:
             del self.versions[path]
@@ -155,6 +207,11 @@ class _Keyspace:
                 self._unindex(path)
 
     def forget_all(self) -> None:
+        for path, chain in self.versions.items():
+            current = self.objects.get(path)
+            for _, obj in chain:
+                if obj is not current:
+                    self._forget_encoding(obj)
         gone = {path for path, chain in self.versions.items() if chain[-1][1] is None}
         if gone:
             self.keys = [k for k in self.keys if k not in gone]
@@ -255,6 +312,29 @@ class Store:
             if obj is not None:
                 yield path, obj
 
+    def encoded(self, key: StorageKey, obj: JSON, path: str | None = None) -> bytes:
+        """``json.dumps(obj).encode()`` of a stored object, computed the first time and kept while the object is
+        readable (see the module docstring). ``obj`` is what :meth:`get`, :meth:`items` or :meth:`scan` gave, or an
+        ADDED/MODIFIED event's ``obj``; anything else (a copy, a view, a DELETED event's object) is encoded and
+        not kept. ``path``: the object's key, when the caller has it."""
+        space = self._spaces.get(key)
+        if space is None:
+            return json.dumps(obj).encode()
+        entry = space.encoded.get(id(obj))
+        if entry is not None:
+            if VERIFY_ENCODINGS and json.dumps(obj).encode() != entry[1]:
+                raise AssertionError(f"stale encoding of {_path_of(obj)} at {obj['metadata'].get('resourceVersion')}")
+            return entry[1]
+        raw = json.dumps(obj).encode()
+        if space.holds(path if path is not None else _path_of(obj), obj):
+            space.encoded[id(obj)] = (obj, raw)
+        return raw
+
+    def encodings(self, key: StorageKey) -> int:
+        """How many encodings the store keeps for a resource (at most its live objects plus retained versions)."""
+        space = self._spaces.get(key)
+        return len(space.encoded) if space is not None else 0
+
     def count(self, key: StorageKey, rv: int, prefix: str = "", start: str = "") -> int:
         """How many objects :meth:`scan` would give: O(log n), plus O(keys changed within the window)."""
         space = self._spaces.get(key)
@@ -286,8 +366,17 @@ class Store:
         stored["metadata"]["resourceVersion"] = str(self._rv)
         space.record(path, self._rv, prev, stored)
         space.objects[path] = stored
+        if VERIFY_ENCODINGS:
+            self._verify(space, prev)
+            self.encoded(key, stored, path)
         self._emit(key, space, Event(self._rv, "ADDED" if added else "MODIFIED", stored, prev))
         return stored
+
+    @staticmethod
+    def _verify(space: _Keyspace, obj: JSON | None) -> None:
+        entry = space.encoded.get(id(obj)) if obj is not None else None
+        if entry is not None and json.dumps(entry[0]).encode() != entry[1]:
+            raise AssertionError(f"a stored object was changed in place: {_path_of(entry[0])}")
 
     def remove(self, key: StorageKey, ns: str, name: str) -> JSON | None:
         space = self._spaces.get(key)
@@ -297,6 +386,8 @@ class Store:
             return None
         self._rv += 1
         space.record(path, self._rv, prev, None)
+        if VERIFY_ENCODINGS:
+            self._verify(space, prev)
         # As etcd's delete event does, the watchers get the last stored state at the delete revision.
         last = json_copy(prev)
         last["metadata"]["resourceVersion"] = str(self._rv)

@@ -2,28 +2,35 @@
 
 What is sent and when is decided in ``watching``; this module writes it, adds the periodic bookmarks,
 ends the stream at ``timeoutSeconds`` (default 1800 s, the real ``--min-request-timeout``), and applies
-the watch fault knobs (drop after N events, cut the connection, answer 410).
+the watch fault knobs (drop after N events, cut the connection, answer 410). An event whose object's encoding is
+known (``watching``: shared by all its watchers) is written around those bytes: the line ``json.dumps`` would give.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from typing import Any
 
 from aiohttp import web
 
 from gangscale.sim.apiserver import errors as E
 from gangscale.sim.apiserver.faults import Fault
-from gangscale.sim.apiserver.store import Store, TooOldResourceVersion, Watcher
+from gangscale.sim.apiserver.store import Store, TooOldResourceVersion, Watcher, WatchItem
 from gangscale.sim.apiserver.watching import WatchRequest, bookmark, open_watch
 
 JSON = dict[str, Any]
 DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
-async def _send(resp: web.StreamResponse, etype: str, obj: JSON) -> None:
-    await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+async def _send(resp: web.StreamResponse, etype: str, obj: JSON, raw: bytes | None = None) -> None:
+    """One event line: ``json.dumps({"type": etype, "object": obj})``, from ``raw`` (the object's encoding, shared
+    by every watcher it is sent to) when it is known."""
+    if raw is None:
+        await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+    else:
+        await resp.write(b'{"type": "' + etype.encode() + b'", "object": ' + raw + b"}\n")
 
 
 def _drop(request: web.Request, resp: web.StreamResponse, fault: Fault | None) -> web.StreamResponse:
@@ -32,7 +39,7 @@ def _drop(request: web.Request, resp: web.StreamResponse, fault: Fault | None) -
     return resp
 
 
-async def _next(watcher: Watcher, timeout: float) -> tuple[str, JSON] | None:
+async def _next(watcher: Watcher, timeout: float) -> WatchItem | None:
     """The next queued item, waiting at most ``timeout``; one already queued is taken at once (``wait_for`` with a
     timeout already past would cancel the get before it ran)."""
     if not watcher.queue.empty():
@@ -62,7 +69,7 @@ async def serve_watch(request: web.Request, store: Store, req: WatchRequest, fau
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     next_bookmark = loop.time() + bookmark_interval
-    pending: list[tuple[str, JSON] | None] = list(backlog)
+    pending: deque[WatchItem | None] = deque(backlog)
     counted = 0  # items of ``pending`` that came through the watcher's queue (the tail of the list)
     sent = 0
     try:
@@ -70,7 +77,7 @@ async def serve_watch(request: web.Request, store: Store, req: WatchRequest, fau
             while pending or (limit is not None and sent >= limit):
                 if limit is not None and sent >= limit:
                     return _drop(request, resp, fault)
-                item = pending.pop(0)
+                item = pending.popleft()
                 if item is None:  # the store closed this watcher (too slow, or resource gone)
                     return resp
                 if item[0] != "BOOKMARK" or bookmarks:
