@@ -200,9 +200,10 @@ class Controller:
             log.exception("pass failed")
             self._start(self.core.take_outbox())
         self.passes += 1
-        self.pass_seconds += time.perf_counter() - started  # real time spent, for benchmarks
+        spent = time.perf_counter() - started  # real time spent: a metric, not a planning input
+        self.pass_seconds += spent
         self.last_pass = self.clock.now()
-        self.metrics.pass_finished(self.last_pass)  # the clock is unix time in production (SystemClock)
+        self.metrics.pass_finished(self.last_pass, spent)  # the clock is unix time in production (SystemClock)
         self._settled.set()
 
     async def wait_for_work(self) -> None:

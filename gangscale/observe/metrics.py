@@ -34,6 +34,8 @@ Series (the names and labels are the public API):
     1 for each pool currently in backoff. :meth:`Metrics.set_backed_off`, replace semantics.
 ``gangscale_scaled_units_total{pool, direction, dry_run}`` (counter)
     Units scaled up or down (``direction`` is ``up`` or ``down``). :meth:`Metrics.scaled`.
+``gangscale_pass_duration_seconds`` (histogram)
+    Duration of each whole controller pass. :meth:`Metrics.pass_finished`.
 ``gangscale_plan_pass_duration_seconds`` (histogram)
     Duration of each planning pass. :meth:`Metrics.plan_pass`.
 ``gangscale_gangs_planned`` (gauge)
@@ -215,6 +217,12 @@ class Metrics:
             buckets=PLAN_PASS_BUCKETS,
             registry=r,
         )
+        self._pass = Histogram(
+            "gangscale_pass_duration_seconds",
+            "Duration of whole controller passes (changes applied, requests reconciled, planning, scale-down).",
+            buckets=PLAN_PASS_BUCKETS,
+            registry=r,
+        )
         self._gangs_planned = Gauge(
             "gangscale_gangs_planned", "Gangs considered in the last planning pass.", registry=r
         )
@@ -303,9 +311,11 @@ class Metrics:
         self._plan_pass.observe(max(0.0, seconds))
         self._gangs_planned.set(gangs)
 
-    def pass_finished(self, at: float) -> None:
-        """Record that a controller pass ended at unix time ``at``."""
+    def pass_finished(self, at: float, seconds: float | None = None) -> None:
+        """Record that a controller pass ended at unix time ``at``, after ``seconds`` of work."""
         self._last_pass.set(at)
+        if seconds is not None:
+            self._pass.observe(max(0.0, seconds))
 
     def ray_event(self, namespace: str, raycluster: str, reason: str) -> None:
         """Count one Event about a Ray gang of ``namespace/raycluster``."""

@@ -218,3 +218,14 @@ def test_plan_pass() -> None:
     assert s["gangscale_plan_pass_duration_seconds_count"] == {labels(): 2}
     assert s["gangscale_plan_pass_duration_seconds_sum"][labels()] == pytest.approx(0.006)
     assert s["gangscale_gangs_planned"] == {labels(): 3}
+
+
+def test_every_pass_is_timed_and_stamped() -> None:
+    m = Metrics()
+    m.pass_finished(1_700_000_000.0, 0.003)
+    m.pass_finished(1_700_000_001.0, 0.2)
+    m.pass_finished(1_700_000_002.0)  # a stamp without a duration is no observation
+    s = scrape(m)
+    assert s["gangscale_pass_duration_seconds_count"] == {labels(): 2}
+    assert s["gangscale_pass_duration_seconds_sum"][labels()] == pytest.approx(0.203)
+    assert s["gangscale_last_pass_timestamp_seconds"] == {labels(): 1_700_000_002.0}
