@@ -107,7 +107,7 @@ async def serve(options: RunOptions) -> int:
                                      heartbeats=not options.settings.dry_run)
     metrics = Metrics(dry_run=options.settings.dry_run)
     controller = Controller(http, provider, options.pool_file.pools, settings=options.settings,
-                            policy=options.pool_file.policy, clock=clock, metrics=metrics, leader=elector)
+                            policy=options.pool_file.policy, clock=clock, metrics=metrics, leader=elector, tune_gc=True)
     server = ObserveServer(host=options.metrics_host, port=options.metrics_port, metrics=metrics,
                            healthy=controller.healthy, ready=controller.is_ready, plans=controller.debug_plans)
     stop = asyncio.Event()

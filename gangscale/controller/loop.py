@@ -21,9 +21,11 @@ the README's "What survives a restart".
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 from gangscale.clock import Clock, SystemClock, wait_event
@@ -53,11 +55,36 @@ log = logging.getLogger(__name__)
 STALE_RECHECK = 1.0
 
 
+@contextlib.contextmanager
+def growing_heap(tune: bool) -> Iterator[None]:
+    """With ``tune`` (the process is the controller's own, ``gangscale run``: freezing the heap of a process that
+    hosts other things, a test run's many controllers, would keep their garbage for good): while the caches fill
+    (the first lists, a new leader's lists, the first pass that builds the view), the cyclic garbage collector is
+    off: what is made is records and indices, without cycles, and each full collection over a heap that grows by a
+    million objects walks all of it (11.7 → 9.8 s of CPU to sync 60,000 pods). Afterwards what the caches hold is
+    frozen out of later collections (``gc.freeze``), so that a full collection in a pass does not walk every record
+    of the cluster (at 60,000 pods a planning pass took 100-250 ms in such a collection, against 25 ms at most)."""
+    if not tune:
+        yield
+        return
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+        gc.collect()
+        gc.freeze()
+
+
 class Controller:
     def __init__(self, http: KubeHTTP, provider: NodePoolProvider, pools: Sequence[NodePool], *,
                  settings: Settings | None = None, policy: Policy | None = None, clock: Clock | None = None,
-                 metrics: Metrics | None = None, leader: Leadership | None = None) -> None:
+                 metrics: Metrics | None = None, leader: Leadership | None = None, tune_gc: bool = False) -> None:
         self.http, self.provider = http, provider
+        #: The process is this controller's own: the garbage collector is tuned for its caches (:func:`growing_heap`).
+        self.tune_gc = tune_gc
         #: The leader lease, when several replicas run: nothing is decided or done before it is held, and every
         #: provider call and status write is fenced by it (``Actuator.fence``).
         self.leader = leader
@@ -122,7 +149,8 @@ class Controller:
                 self.reflectors = (*self.reflectors, *await source.start())
             for reflector in self.reflectors:
                 self.tasks.run_background(reflector.run(), f"reflector {reflector.resource.plural}")
-            await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
+            with growing_heap(self.tune_gc):
+                await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             self.synced = True
             if self.leader is not None and not self.leader.leading.is_set():
                 log.info("standby: the leader lease is held by %s", self.leader.holder or "nobody yet")
@@ -130,9 +158,11 @@ class Controller:
                 log.info("leading: taking over (recorded scale-ups of earlier leaders are adopted)")
                 # A standby's watches may be behind (dropped, backing off): nothing is decided on a stale cache
                 # (found by hack/chaos.py, seed 4190: booked nodes the cache had not seen yet were taken as removed).
-                await asyncio.gather(*(reflector.relist() for reflector in self.reflectors))
+                with growing_heap(self.tune_gc):
+                    await asyncio.gather(*(reflector.relist() for reflector in self.reflectors))
             await start_provider(self.provider, self.settings, self.clock)
-            await self._recover()
+            with growing_heap(self.tune_gc):
+                await self._recover()
             self.ready = True
             log.info("synced and reconciled; serving classes %s%s", ", ".join(self.settings.classes),
                      " (dry run)" if self.settings.dry_run else "")
