@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from gangscale.model.interning import Interned
 from gangscale.model.nodepool import POOL_LABEL, ZONE_LABEL, NodePool
 from gangscale.model.pod import HOSTNAME_LABEL
 from gangscale.model.resources import EMPTY, ResourceList
@@ -21,9 +22,8 @@ NodeShape = tuple[frozenset[tuple[str, str]], tuple[Taint, ...]]
 
 
 #: Equal shapes are one object: a cluster's thousands of nodes have a few dozen, and a plan tells them apart by
-#: identity. Bounded: past it, a node keeps a shape of its own (planned the same, only less cheaply).
-_SHAPES: dict[NodeShape, NodeShape] = {}
-SHARED_SHAPES_MAX = 10_000
+#: identity (past the bound, a node keeps a shape of its own: planned the same, only less cheaply).
+_shared_shape: Interned[NodeShape] = Interned()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +52,7 @@ class NodeState:
             object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "free", self.allocatable - self.requested)
         shape = (frozenset((k, v) for k, v in labels.items() if k != HOSTNAME_LABEL), self.taints)
-        object.__setattr__(self, "shape", _SHAPES.setdefault(shape, shape) if len(_SHAPES) < SHARED_SHAPES_MAX
-                           else _SHAPES.get(shape, shape))
+        object.__setattr__(self, "shape", _shared_shape(shape))
 
     @property
     def zone(self) -> str:

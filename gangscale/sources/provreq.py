@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gangscale.model.gang import Gang, PodSet
+from gangscale.model.interning import Interned
 from gangscale.model.pod import PodDemand, pod_demand
 from gangscale.model.scheduling import SpecError
 from gangscale.timefmt import parse_rfc3339
@@ -123,8 +124,7 @@ def template_names(pr: ProvReq) -> list[str]:
 #: What is kept of a PodTemplate (:func:`template_demand`): the pod it describes, or why it cannot be read.
 TemplateDemand = PodDemand | SpecError
 #: Equal demands kept as one object: the templates of a job's many requests describe the same pod.
-_SHARED_DEMANDS: dict[PodDemand, PodDemand] = {}
-SHARED_DEMANDS_MAX = 10_000
+_shared_demand: Interned[PodDemand] = Interned()
 
 
 def template_demand(obj: JSON) -> TemplateDemand:
@@ -135,12 +135,7 @@ def template_demand(obj: JSON) -> TemplateDemand:
         demand = pod_demand(obj.get("template") or {}, "template")
     except SpecError as exc:
         return exc
-    found = _SHARED_DEMANDS.get(demand)
-    if found is not None:
-        return found
-    if len(_SHARED_DEMANDS) < SHARED_DEMANDS_MAX:
-        _SHARED_DEMANDS[demand] = demand
-    return demand
+    return _shared_demand(demand)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gangscale.model.interning import Interned
 from gangscale.model.nodepool import NodePool
 from gangscale.model.pod import pod_requests
 from gangscale.model.quantity import QuantityError
@@ -92,24 +93,13 @@ class Touched:
 #: watches them. Pending pods take nothing from nodes and are not listed at all; a pod that succeeds or fails leaves
 #: the selection, and the API server's watch reports it as DELETED.
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-#: Resource lists kept shared: pods of one job request the same, so their records hold one object. Bounded, so that
-#: a cluster of pods all different cannot grow it without limit (past it, a record keeps its own copy).
-_SHARED_REQUESTS: dict[ResourceList, ResourceList] = {}
-SHARED_REQUESTS_MAX = 10_000
+#: Resource lists kept shared: pods of one job request the same, so their records hold one object.
+shared_requests: Interned[ResourceList] = Interned()
 
 
 def shared(text: str) -> str:
     """One string object for every equal string (node names, namespaces, label keys and values)."""
     return sys.intern(text)
-
-
-def shared_requests(requests: ResourceList) -> ResourceList:
-    found = _SHARED_REQUESTS.get(requests)
-    if found is not None:
-        return found
-    if len(_SHARED_REQUESTS) < SHARED_REQUESTS_MAX:
-        _SHARED_REQUESTS[requests] = requests
-    return requests
 
 
 def requests_of(spec: JSON) -> ResourceList:
@@ -123,7 +113,7 @@ def requests_of(spec: JSON) -> ResourceList:
         return pod_requests(spec)
     if found is None:
         found = shared_requests(pod_requests(spec))
-        if len(_REQUESTS_OF) < SHARED_REQUESTS_MAX:
+        if len(_REQUESTS_OF) < shared_requests.bound:
             _REQUESTS_OF[key] = found
     return found
 
