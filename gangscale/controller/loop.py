@@ -34,11 +34,13 @@ from gangscale.controller.core import RESYNC, Core, Effect, Hooks
 from gangscale.controller.demand.registry import demand_sources
 from gangscale.controller.effects import Effects
 from gangscale.controller.health import Leadership, liveness, readiness, stale_watches
+from gangscale.controller.logic.projections import Node, Pod
 from gangscale.controller.logic.settings import Settings
 from gangscale.controller.logic.view import BOUND_PODS, ClusterView, NodeInfo, PodInfo, parse_pod
 from gangscale.controller.passes import Changes, apply_changes, run_pass
 from gangscale.controller.startup import recover, start_provider
 from gangscale.controller.tasks import Tasks
+from gangscale.kube.projection import Projection
 from gangscale.kube.reflector import Reflector, ReflectorEvent
 from gangscale.kube.resources import NODES, PODS
 from gangscale.kube.transport import KubeHTTP
@@ -109,8 +111,9 @@ class Controller:
                          metrics=self.metrics, hooks=Hooks(self.wakeup.set, self.tasks.run_background))
         self.core.add_sources(demand_sources(http, self.core))
         # Records, not objects (the view's module docstring): what a decision reads of each node and pod.
-        self.nodes = Reflector(http, NODES, transform=self.core.view.node_record)
-        self.pods = Reflector(http, PODS, field_selector=BOUND_PODS, transform=parse_pod)
+        # Only the fields they read are decoded (logic/projections.py).
+        self.nodes = Reflector(http, NODES, transform=self.core.view.node_record, projection=Projection(Node))
+        self.pods = Reflector(http, PODS, field_selector=BOUND_PODS, transform=parse_pod, projection=Projection(Pod))
         self.nodes.add_handler(self._on_node)
         self.pods.add_handler(self._on_pod)
         self.reflectors: tuple[Reflector[Any], ...] = (self.nodes, self.pods)
@@ -120,7 +123,8 @@ class Controller:
         #: Ray worker pods, pending ones too (the Ray source counts the replicas that exist): only when Ray is on.
         self.workers: Reflector[RayWorker] | None = None
         if s.ray:
-            self.workers = Reflector(http, PODS, label_selector=WORKER_PODS, transform=worker_pod)
+            self.workers = Reflector(http, PODS, label_selector=WORKER_PODS, transform=worker_pod,
+                                     projection=Projection(Pod))
             self.workers.add_handler(self._on_worker)
             self.reflectors += (self.workers,)
         self._settled = asyncio.Event()

@@ -24,6 +24,7 @@ The loop, and why each step is there:
    arrives, into what the consumer keeps — a compact record, or None for an object it does not keep (treated as
    absent). The raw JSON of a page or an event is dropped once transformed. Events are emitted only when the record
    changed: a pod whose kubelet rewrote its status without changing what the controller reads wakes nobody.
+   With a ``projection`` (:mod:`gangscale.kube.projection`), only the fields the transform reads are decoded at all.
 7. Health (:meth:`Reflector.trouble`): the time since the reflector last made progress (a list done, a watch
    accepted, an event or bookmark) while it keeps failing, and whether its task has ended. The controller stops
    deciding when a cache goes stale this way: everything else keeps answering, so nothing else would notice.
@@ -39,8 +40,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from gangscale.kube.decoding import decode, gc_paused
 from gangscale.kube.errors import ApiError, WatchExpired
-from gangscale.kube.transport import KubeHTTP, Resource, gc_paused
+from gangscale.kube.projection import Projection
+from gangscale.kube.transport import KubeHTTP, Resource
 from gangscale.retry import API_WATCH, Backoff
 
 JSON = dict[str, Any]
@@ -77,8 +80,14 @@ class Reflector(Generic[T]):
                  label_selector: str | None = None, field_selector: str | None = None,
                  watch_timeout: float = 300.0, page_size: int = 500, backoff: Backoff | None = None,
                  sleep: Sleep = asyncio.sleep, rng: random.Random | None = None,
-                 transform: Callable[[JSON], T | None] = as_json) -> None:  # type: ignore[assignment]
+                 transform: Callable[[JSON], T | None] = as_json,  # type: ignore[assignment]
+                 projection: Projection[Any] | None = None) -> None:
         self.http = http
+        #: The fields ``transform`` reads, when only those are decoded (:mod:`gangscale.kube.projection`).
+        self.projection = projection
+        decoders: tuple[Callable[[bytes], Any], Callable[[bytes], Any]] = \
+            projection.decoders if projection is not None else (decode, decode)
+        self._decode_page, self._decode_event = decoders
         #: Applied to every object as it arrives, before it is cached and handed on: what the consumer keeps of it
         #: (None: nothing, the object is treated as absent).
         self.transform = transform
@@ -229,12 +238,14 @@ class Reflector(Generic[T]):
         pages the same way): the server builds page n+1 while the records of page n are made."""
         fresh: dict[Key, T] = {}
         query = {**self._selectors(), "limit": self.page_size}
-        page = await self.http.request("GET", self.resource.path(self.namespace), query=query)
+        page = await self.http.request("GET", self.resource.path(self.namespace), query=query,
+                                       decoder=self._decode_page)
         while True:
             meta = page.get("metadata") or {}
             token = meta.get("continue") or None
             following = None if token is None else asyncio.ensure_future(self.http.request(
-                "GET", self.resource.path(self.namespace), query={**query, "continue": token}))
+                "GET", self.resource.path(self.namespace), query={**query, "continue": token},
+                decoder=self._decode_page))
             try:
                 with gc_paused():
                     self._keep(fresh, page.get("items") or ())
@@ -291,7 +302,7 @@ class Reflector(Generic[T]):
                 async for event in self.http.stream(self.resource.path(self.namespace), {
                         **self._selectors(), "resourceVersion": self.resource_version,
                         "allowWatchBookmarks": True, "timeoutSeconds": int(timeout)},
-                        timeout=timeout + 30.0, opened=self._progress):
+                        timeout=timeout + 30.0, opened=self._progress, decoder=self._decode_event):
                     got_event = True
                     self._handle(event)
             except ApiError as exc:

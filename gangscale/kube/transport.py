@@ -9,17 +9,15 @@ control (see docs in ``reflector``). Paths are built for any resource: core (``/
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
+from gangscale.kube.decoding import decode
 from gangscale.kube.errors import ApiError
 
 JSON = dict[str, Any]
@@ -50,27 +48,6 @@ class Resource:
         return base
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """The garbage collector paused for a burst of allocation that makes no reference cycles (decoding JSON, making
-    the records of a page): a list page of 500 pods allocates some 200,000 objects, and the generational collections
-    they set off (full ones, once the caches are large) were a third of the time of decoding it. It runs again as
-    usual afterwards; nothing awaits inside, so no other task runs meanwhile."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def decode(raw: bytes) -> Any:
-    with gc_paused():
-        return json.loads(raw)
-
-
 class KubeHTTP:
     """JSON in, JSON out; non-2xx answers raise :class:`ApiError` with the Status fields."""
 
@@ -96,7 +73,9 @@ class KubeHTTP:
 
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json",
-                      timeout: float | None = 30.0) -> JSON:
+                      timeout: float | None = 30.0, decoder: Callable[[bytes], Any] = decode) -> JSON:
+        """``decoder`` turns the answer's body into JSON (a reflector's :class:`~gangscale.kube.projection.Projection`
+        keeps only some fields)."""
         resp = await self._call(method, path, query=query, body=body, content_type=content_type,
                                 timeout=timeout)
         async with resp:
@@ -108,7 +87,7 @@ class KubeHTTP:
                 raise ApiError.from_response(resp.status, raw, resp.headers)
         self.last_ok = time.monotonic()
         try:
-            out = decode(raw or b"{}")
+            out = decoder(raw or b"{}")
         except ValueError as exc:
             raise ApiError(resp.status, "BadResponse", f"response is not JSON: {exc}") from exc
         if not isinstance(out, dict):
@@ -116,7 +95,8 @@ class KubeHTTP:
         return out
 
     async def stream(self, path: str, query: Mapping[str, Any], *, timeout: float | None = None,
-                     opened: Callable[[], None] | None = None) -> AsyncIterator[JSON]:
+                     opened: Callable[[], None] | None = None,
+                     decoder: Callable[[bytes], Any] = decode) -> AsyncIterator[JSON]:
         """The events of one watch request, until the server ends the stream; ``opened`` is called once the server
         has accepted it (a watch may then stay silent for minutes, and is healthy)."""
         client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0,
@@ -135,7 +115,7 @@ class KubeHTTP:
                     if not line.strip():
                         continue
                     try:
-                        event = decode(line)
+                        event = decoder(line)
                     except ValueError as exc:
                         raise ApiError(resp.status, "BadResponse", f"watch line is not JSON: {exc}") from exc
                     self.last_ok = time.monotonic()
