@@ -35,14 +35,21 @@ import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from gangscale.configschema import RUN_DURATION_MODES, PlannerSpec, PoolFileSpec, PoolSpec
+from gangscale.configschema import (
+    RUN_DURATION_MODES,
+    CapacityTiersSpec,
+    PlannerSpec,
+    PoolFileSpec,
+    PoolSpec,
+    TierPolicySpec,
+)
 from gangscale.model.catalog import (
     CATALOG,
     GPU_RESOURCE,
@@ -54,9 +61,21 @@ from gangscale.model.catalog import (
 )
 from gangscale.model.nodepool import INSTANCE_TYPE_LABEL, POOL_LABEL, ZONE_LABEL, NodePool
 from gangscale.model.policy import DEFAULT_CRITERIA, Policy
+from gangscale.model.prices import node_hour
 from gangscale.model.quantity import QuantityError, canonical
 from gangscale.model.resources import CPU, DEFAULT_MAX_PODS, MEMORY, PODS, ResourceList
 from gangscale.model.scheduling import Taint
+from gangscale.model.tiers import (
+    CAPACITY_TYPES,
+    FLEX_START,
+    ON_DEMAND,
+    RESERVATION,
+    SPOT,
+    TierError,
+    TierPolicies,
+    TierPolicy,
+    check_order,
+)
 
 #: GKE labels every node with its node pool's name; gangscale's pools on GCE machine types mirror it.
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
@@ -65,6 +84,10 @@ GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
 #: GKE taints the nodes of a queued-provisioning node pool with it (``cloud.google.com/gke-queued=true:NoSchedule``;
 #: GKE's ProvisioningRequest documentation, and the taint GKE's published autoscaler tolerates for such pools).
 GKE_QUEUED_TAINT = "cloud.google.com/gke-queued"
+#: GKE labels the nodes of Spot VM node pools with it (GKE's "Use Spot VMs" page).
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+#: gke modes whose nodes are Dynamic Workload Scheduler (flex-start) capacity.
+FLEX_START_MODES = ("flex-start", "queued-provisioning")
 REGION_LABEL = "topology.kubernetes.io/region"
 
 
@@ -199,6 +222,7 @@ def parse_pool_file(data: object, source: str = "<config>") -> PoolFile:
     except ValidationError as exc:
         problems.extend(_schema_problems(exc, PoolFileSpec, ""))
     policy = _policy(data.get("planner"), problems)
+    policy = replace(policy, tiers=_tier_policies(data.get("capacityTiers"), problems))
     pools: list[NodePool] = []
     first_index: dict[str, int] = {}
     raw_pools = data.get("nodePools")
@@ -232,6 +256,55 @@ def _policy(raw: object, problems: list[str]) -> Policy:
         return Policy()
 
 
+def _tier_policies(raw: object, problems: list[str]) -> TierPolicies:
+    try:
+        spec = CapacityTiersSpec.model_validate({} if raw is None else raw)
+    except ValidationError as exc:
+        problems.extend(_schema_problems(exc, CapacityTiersSpec, "capacityTiers"))
+        return TierPolicies()
+    default = _tier_policy(spec, TierPolicy(), "capacityTiers", problems)
+    classes = {name: _tier_policy(entry, default, f"capacityTiers.classes.{name}", problems)
+               for name, entry in spec.classes.items()}
+    return TierPolicies(default, classes)
+
+
+def _tier_policy(spec: TierPolicySpec, base: TierPolicy, where: str, problems: list[str]) -> TierPolicy:
+    order = base.order if spec.order is None else tuple(spec.order)
+    try:
+        check_order(order)
+    except TierError as exc:
+        problems.append(f"{where}.order: {exc}")
+        return base
+    try:
+        return TierPolicy(order, base.mix if spec.mix_tiers is None else spec.mix_tiers,
+                          dict(base.wait) if spec.wait_seconds is None else spec.wait_seconds)
+    except TierError as exc:
+        problems.append(f"{where}.waitSeconds: {exc}")
+        return base
+
+
+def _capacity_type(spec: PoolSpec, issues: list[tuple[str, str]]) -> str:
+    """The file's ``capacityType``, else what the gke mode makes (flex-start and queued-provisioning node pools
+    are Dynamic Workload Scheduler capacity), else on-demand."""
+    from_mode = FLEX_START if spec.gke is not None and spec.gke.mode in FLEX_START_MODES else None
+    capacity_type = spec.capacity_type or from_mode or ON_DEMAND
+    if capacity_type not in CAPACITY_TYPES:
+        issues.append(("capacityType", f"must be one of {', '.join(CAPACITY_TYPES)}; got {capacity_type!r}"))
+    elif from_mode is not None and capacity_type != from_mode:
+        issues.append(("capacityType", f"gke mode {spec.gke.mode if spec.gke else ''} makes flex-start capacity; "
+                                       f"got {capacity_type!r}"))
+    if spec.reservation is not None and capacity_type != RESERVATION:
+        issues.append(("reservation", f"is for a pool of capacityType reservation; this one is {capacity_type}"))
+    return capacity_type
+
+
+def _price(spec: PoolSpec, capacity_type: str, nodes_per_unit: int) -> float | None:
+    if spec.price_per_unit_hour is not None:
+        return spec.price_per_unit_hour
+    per_node = node_hour(spec.machine_type, capacity_type if capacity_type in CAPACITY_TYPES else ON_DEMAND)
+    return None if per_node is None else round(per_node * nodes_per_unit, 4)
+
+
 def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | None:
     try:
         spec = PoolSpec.model_validate(raw)
@@ -249,6 +322,7 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
     issues.extend(_duplicate_taints(spec))
     if spec.gke is not None:
         issues.extend(_gke_issues(spec, nodes_per_unit))
+    capacity_type = _capacity_type(spec, issues)
     if issues:
         problems.extend(f"{where}.{name}: {message}" for name, message in issues)
         return None
@@ -256,14 +330,16 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
         name=spec.name,
         allocatable=allocatable,
         max_units=spec.max_units,
-        labels=_labels(spec),
+        labels=_labels(spec, capacity_type),
         taints=_taints(spec),
         nodes_per_unit=nodes_per_unit,
         min_units=spec.min_units,
         zone=spec.zone,
         machine_type=spec.machine_type,
         tpu_topology=spec.tpu_topology,
-        price_per_unit_hour=spec.price_per_unit_hour,
+        price_per_unit_hour=_price(spec, capacity_type, nodes_per_unit),
+        capacity_type=capacity_type,
+        reservation_nodes=spec.reservation.nodes if spec.reservation is not None else None,
         provider=_provider_sections(spec),
     )
 
@@ -362,7 +438,7 @@ def _nodes_per_unit(spec: PoolSpec, issues: list[tuple[str, str]]) -> int:
     return explicit or derived or 1
 
 
-def _labels(spec: PoolSpec) -> dict[str, str]:
+def _labels(spec: PoolSpec, capacity_type: str = ON_DEMAND) -> dict[str, str]:
     machine = CATALOG.get(spec.machine_type)
     labels = machine_labels(machine, spec.tpu_topology) if machine else {}
     labels[POOL_LABEL] = spec.name
@@ -381,6 +457,8 @@ def _labels(spec: PoolSpec) -> dict[str, str]:
             labels[REGION_LABEL] = spec.zone.rsplit("-", 1)[0]
     elif machine:
         labels[GKE_NODEPOOL_LABEL] = spec.name
+    if capacity_type == SPOT and (spec.gke is not None or machine):
+        labels[GKE_SPOT_LABEL] = "true"  # GKE labels every Spot VM node so ("Use Spot VMs in GKE")
     labels.update(spec.labels)
     return labels
 

@@ -158,6 +158,27 @@ class GkeSpec(_Strict):
         return name
 
 
+class ReservationSpec(_Strict):
+    """The reservation a ``capacityType: reservation`` pool draws on: its name (for people and ``pools --from-gke``)
+    and its size in nodes (no more units than it holds are asked for; None: bounded by maxUnits only)."""
+
+    name: str = ""
+    nodes: int | None = Field(default=None, ge=0)
+
+
+class TierPolicySpec(_Strict):
+    """One tier policy (:class:`gangscale.model.tiers.TierPolicy`); tiers are checked there, the one place that
+    knows them. Unset fields of a class's policy are the top level's."""
+
+    order: list[str] | None = None
+    mix_tiers: bool | None = None
+    wait_seconds: dict[str, float] | None = None
+
+
+class CapacityTiersSpec(TierPolicySpec):
+    classes: dict[str, TierPolicySpec] = Field(default_factory=dict)
+
+
 class PoolSpec(_Strict):
     """One ``nodePools[]`` entry, as written; :func:`gangscale.config.parse_pool_file` resolves it."""
 
@@ -174,6 +195,9 @@ class PoolSpec(_Strict):
     max_units: int = Field(ge=0, le=MAX_UNITS_LIMIT)
     zone: NodeLabelValue = ""
     price_per_unit_hour: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # Checked by NodePool, the one place that knows the tiers (None: from the gke mode, else on-demand).
+    capacity_type: str | None = None
+    reservation: ReservationSpec | None = None
     simulated: SimulatedSpec | None = None
     gke: GkeSpec | None = None
 
@@ -200,3 +224,4 @@ class PoolFileSpec(_Strict):
 
     node_pools: list[Any] = Field(min_length=1)
     planner: Any = None
+    capacity_tiers: Any = None

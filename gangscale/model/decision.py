@@ -34,6 +34,8 @@ class ReasonCode(StrEnum):
     NO_POOL = "NoPool"
     CAPACITY = "Capacity"
     INVALID = "Invalid"
+    #: The gang's tiers: none of them has a pool or node, or a later tier is not open yet (a wait bound).
+    TIER = "Tier"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,8 @@ class PoolReason:
     message: str
     #: Structured detail of the message; not compared (two reasons that say the same are equal).
     hint: Hint | None = field(default=None, compare=False)
+    #: The capacity tier the reason was found in ("" when the gang's tiers were searched as one).
+    tier: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +126,11 @@ class Decision:
     new_nodes: tuple[NewNodes, ...] = ()
     cost: Cost = Cost()
     reasons: tuple[PoolReason, ...] = ()
+    #: The capacity tier the gang was placed in ("" when its policy lets tiers mix, when it was not placed, or when
+    #: the cluster has one tier only).
+    tier: str = ""
+    #: An infeasible gang waiting for a tier (a wait bound): when the next tier opens, so it is planned again then.
+    wait_until: float | None = None
 
     @property
     def feasible(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gangscale.model.pod import PodDemand
+from gangscale.model.tiers import TierPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,8 @@ class Gang:
     ``created`` (seconds since the epoch) order it; ``spread_zones`` lets its nodes span zones, which is
     otherwise forbidden because data-parallel jobs need one network fabric. ``may_scale=False`` (the
     check-capacity classes) confines the gang to free capacity on Ready nodes: no pool is ever grown for it.
+    ``tiers`` is the capacity tiers it may use, in order (None: the policy's default; see
+    :mod:`gangscale.model.tiers`).
     """
 
     key: str
@@ -36,6 +39,7 @@ class Gang:
     created: float = 0.0
     spread_zones: bool = False
     may_scale: bool = True
+    tiers: TierPolicy | None = None
 
     @property
     def pods(self) -> int:

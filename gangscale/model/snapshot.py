@@ -89,8 +89,8 @@ class PoolState:
 
     @property
     def max_headroom(self) -> int:
-        """Units that may still be added under ``maxUnits``."""
-        return max(0, self.pool.max_units - self.units - self.inflight_units)
+        """Units that may still be added under ``maxUnits`` (and the reservation's size, for a reservation)."""
+        return max(0, self.pool.unit_limit - self.units - self.inflight_units)
 
     @property
     def headroom(self) -> int:

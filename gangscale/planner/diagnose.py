@@ -62,14 +62,16 @@ def _limits(state: ClusterState, pool_state: PoolState, units: int, nodes: int, 
                           f"most {pool_state.ceiling * pool.nodes_per_unit} more{until}{ahead}", hint)
     if units > headroom:
         taken = pool_state.headroom - headroom
-        detail = f"maxUnits {pool.max_units}: {pool_state.units} in use, {pool_state.inflight_units} in flight"
+        reserved = pool.unit_limit < pool.max_units
+        limit = (f"its reservation of {pool.reservation_nodes} nodes" if reserved else f"maxUnits {pool.max_units}")
+        detail = f"{limit}: {pool_state.units} in use, {pool_state.inflight_units} in flight"
         if taken:
             detail += f", {taken} planned for gangs ahead of this one"
         size = f" ({units} units of {pool.nodes_per_unit})" if pool.nodes_per_unit > 1 else ""
         hint = Hint(needed=units, allowed=headroom, of="units", pod_set=pod_set, fits=_fits(pool, headroom, per_node))
         return PoolReason(pool.name, ReasonCode.MAX_UNITS,
-                          f"needs {nodes} nodes{size} for {what}, maxUnits leaves "
-                          f"{headroom * pool.nodes_per_unit} ({detail})", hint)
+                          f"needs {nodes} nodes{size} for {what}, {'the reservation' if reserved else 'maxUnits'} "
+                          f"leaves {headroom * pool.nodes_per_unit} ({detail})", hint)
     for quota, left in zip(state.quotas, state.quota_left, strict=True):
         per_unit = quota.per_unit(pool) if quota.applies_to(pool.name) else 0
         if per_unit and units * per_unit > left:
@@ -245,8 +247,9 @@ def _spread_reasons(search: GangSearch) -> list[PoolReason]:
 def diagnose(state: ClusterState, compat: Compatibility, search: GangSearch) -> tuple[PoolReason, ...]:
     if not search.gang.may_scale:
         return _no_scale_reasons(search) + tuple(_spread_reasons(search))
-    per_pool = [reason for name in sorted(state.pool_states)
-                if (reason := _pool_reason(state, compat, search, state.pool_states[name])) is not None]
+    pools = [state.pool_states[name] for name in sorted(state.pool_states)
+             if search.tiers is None or state.pool_states[name].pool.capacity_type in search.tiers]
+    per_pool = [reason for pool in pools if (reason := _pool_reason(state, compat, search, pool)) is not None]
     reasons = _gang_reasons(search, per_pool) + _spread_reasons(search) + _merge_alike(per_pool)
     if not reasons:
         reasons.append(PoolReason("", ReasonCode.NO_POOL, "no combination of free capacity and node pools "

@@ -19,7 +19,14 @@ def _zone(decision: Decision) -> str:
 
 
 def _reason(reason: PoolReason) -> str:
-    return f"pool {reason.pool}: {reason.message}" if reason.pool else reason.message
+    tier = f"{reason.tier} " if reason.tier else ""
+    if reason.pool:
+        return f"{tier}pool {reason.pool}: {reason.message}"
+    return f"{reason.tier}: {reason.message}" if reason.tier else reason.message
+
+
+def _tier(decision: Decision) -> str:
+    return f" on {decision.tier} capacity" if decision.tier else ""
 
 
 def _existing(decision: Decision) -> tuple[int, int]:
@@ -34,14 +41,14 @@ def summarize(decision: Decision) -> str:
             return "nothing to place: the gang has no pods"
         case Outcome.FITS:
             where = f"{_plural(nodes, 'existing node')}{_zone(decision)}"
-            return f"fits on free capacity: {_plural(pods, 'pod')} on {where}"
+            return f"fits on free capacity: {_plural(pods, 'pod')} on {where}{_tier(decision)}"
         case Outcome.SCALE_UP:
             steps = ", ".join(
                 f"{step.pool} +{_plural(step.units, 'unit')}" + (f" ({step.nodes} nodes)" if step.nodes != step.units
                                                                   else "")
                 for step in decision.steps)
             existing = f"; {_plural(pods, 'pod')} on {_plural(nodes, 'existing node')}" if pods else ""
-            return f"scale up {steps}{_zone(decision)}{existing}"
+            return f"scale up {steps}{_zone(decision)}{_tier(decision)}{existing}"
         case Outcome.INFEASIBLE:
             return "cannot place every pod: " + "; ".join(_reason(reason) for reason in decision.reasons)
     raise AssertionError(decision.outcome)  # pragma: no cover - the match is exhaustive

@@ -105,8 +105,11 @@ class ZoneShortfall:
 class GangSearch:
     """Plans one gang against the current :class:`ClusterState`; see the module docstring."""
 
-    def __init__(self, state: ClusterState, compat: Compatibility, policy: Policy, gang: Gang) -> None:
+    def __init__(self, state: ClusterState, compat: Compatibility, policy: Policy, gang: Gang,
+                 tiers: frozenset[str] | None = None) -> None:
         self.state, self.compat, self.policy, self.gang = state, compat, policy, gang
+        #: The capacity tiers this search may use (pools and existing nodes); None: every tier.
+        self.tiers = tiers
         self.dims, self.groups = build_groups(gang)
         self.shortfalls: list[ZoneShortfall] = []
         self.spread = (GangSpread(state, compat, self.groups) if any(g.demand.spread for g in self.groups)
@@ -114,7 +117,8 @@ class GangSearch:
         #: Why plans were rejected by the spread check (distinct messages, in the order met).
         self.spread_misses: dict[str, None] = {}
         self._candidates: dict[tuple[str | None, int], Lazy] = {}
-        self.pools = state.available_pools() if gang.may_scale else []
+        self.pools = [s for s in state.available_pools() if tiers is None or s.pool.capacity_type in tiers] \
+            if gang.may_scale else []
         available = [s.pool for s in self.pools]
         self.pool_ok: list[list[NodePool]] = [compat.usable_pools(group.demand, available) for group in self.groups]
         used = {pool.name: pool for pools in self.pool_ok for pool in pools}
@@ -146,6 +150,8 @@ class GangSearch:
         streams = []
         for z in zones:
             for shape, members in state.zone_shapes[z].items():
+                if self.tiers is not None and state.shape_tier(shape, members[0]) not in self.tiers:
+                    continue
                 if not demand.names_nodes and not self.compat.node_ok(demand, state.nodes[members[0]], shape):
                     continue
                 entries = state.sorted_by(z, shape, key_name)

@@ -6,9 +6,10 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 
-from gangscale.model.nodepool import NodePool
+from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.model.resources import ResourceList
 from gangscale.model.snapshot import NodeState, PoolState, Quota, Snapshot
+from gangscale.model.tiers import tier_of_labels
 
 #: An entry of a free-capacity index: (free amount, node name, node index); sorted, it is "tightest first".
 IndexEntry = tuple[int, str, int]
@@ -52,6 +53,8 @@ class ClusterState:
         for i, node in enumerate(self.nodes):
             self.zone_shapes[node.zone][self.shape_of[i]].append(i)
         self._sorted: dict[tuple[str, int, str], list[IndexEntry]] = {}
+        self._shape_tiers: dict[int, str] = {}
+        self._tiers_present: set[str] | None = None
         self._indexed: dict[int, list[str]] = defaultdict(list)  # node -> resources it is indexed by
         self.bookings: dict[str, list[tuple[int, ResourceList]]] = defaultdict(list)
         for booking in snapshot.bookings:
@@ -104,6 +107,29 @@ class ClusterState:
 
     def zones_of_nodes(self) -> Iterator[str]:
         return iter(self.zone_shapes)
+
+    # -- tiers ------------------------------------------------------------------------------------------
+
+    def node_tier(self, node: NodeState) -> str:
+        """A node's capacity tier: its pool's, for a node of a pool gangscale knows; else what its labels say."""
+        pool = self.pool_states.get(node.labels.get(POOL_LABEL, ""))
+        return pool.pool.capacity_type if pool is not None else tier_of_labels(node.labels)
+
+    def shape_tier(self, shape: int, member: int) -> str:
+        """The tier of every node of ``shape`` (a shape is labels and taints, so its nodes share one tier)."""
+        tier = self._shape_tiers.get(shape)
+        if tier is None:
+            tier = self._shape_tiers[shape] = self.node_tier(self.nodes[member])
+        return tier
+
+    def tiers_present(self) -> set[str]:
+        """The tiers of every pool and of every usable node: a tier with neither cannot hold anything."""
+        if self._tiers_present is None:
+            present = {state.pool.capacity_type for state in self.pool_states.values()}
+            for shapes in self.zone_shapes.values():
+                present.update(self.shape_tier(shape, members[0]) for shape, members in shapes.items())
+            self._tiers_present = present
+        return self._tiers_present
 
     # -- pools ------------------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from gangscale.model.pod import HOSTNAME_LABEL, pod_demand
 from gangscale.model.resources import ResourceList
 from gangscale.model.scheduling import Taint
 from gangscale.model.snapshot import Booking, NodeState, PoolState, Quota, Snapshot
+from gangscale.model.tiers import TierPolicy
 
 TPU_V5E = {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice", "cloud.google.com/gke-tpu-topology": "2x4"}
 H100 = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
@@ -31,11 +32,11 @@ def taint(text: str) -> Taint:
 
 def pool(name: str, allocatable: Mapping[str, Any] = CPU_NODE, *, max_units: int = 10, nodes_per_unit: int = 1,
          zone: str = "zone-a", labels: Mapping[str, str] | None = None, taints: Sequence[str] = (),
-         price: float | None = None) -> NodePool:
+         price: float | None = None, tier: str = "on-demand", reservation: int | None = None) -> NodePool:
     all_labels = {POOL_LABEL: name, ZONE_LABEL: zone, **(labels or {})}
     return NodePool(name=name, allocatable=ResourceList.parse(allocatable), max_units=max_units,
                     labels=all_labels, taints=tuple(taint(t) for t in taints), nodes_per_unit=nodes_per_unit,
-                    zone=zone, price_per_unit_hour=price)
+                    zone=zone, price_per_unit_hour=price, capacity_type=tier, reservation_nodes=reservation)
 
 
 def state(p: NodePool, units: int = 0, inflight: int = 0, backoff_until: float | None = None,
@@ -112,8 +113,9 @@ def pod_set(name: str, count: int, requests: Mapping[str, Any] | None = None, **
 
 
 def gang(key: str, *pod_sets: PodSet, priority: int = 0, created: float = 0.0, spread: bool = False,
-         may_scale: bool = True) -> Gang:
-    return Gang(key, tuple(pod_sets), priority=priority, created=created, spread_zones=spread, may_scale=may_scale)
+         may_scale: bool = True, tiers: TierPolicy | None = None) -> Gang:
+    return Gang(key, tuple(pod_sets), priority=priority, created=created, spread_zones=spread, may_scale=may_scale,
+                tiers=tiers)
 
 
 def snapshot(pools: Sequence[PoolState | NodePool] = (), nodes: Sequence[NodeState] = (),
