@@ -20,6 +20,7 @@ from gangscale.model.gang import Gang, PodSet
 from gangscale.model.interning import Interned
 from gangscale.model.pod import PodDemand, pod_demand
 from gangscale.model.scheduling import SpecError
+from gangscale.model.tiers import TierPolicy
 from gangscale.timefmt import parse_rfc3339
 
 JSON = dict[str, Any]
@@ -47,6 +48,9 @@ PROVISIONED_WHEN = "provisionedWhen"
 BOOKING_SECONDS = "bookingSeconds"
 #: Let the gang's nodes span zones (default: one zone).
 SPREAD_ZONES = "spreadZones"
+#: The capacity tiers the gang may use, in order, with waits (``spot:600,on-demand``), and whether it may span them.
+CAPACITY_TIERS = "capacityTiers"
+MIX_CAPACITY_TIERS = "mixCapacityTiers"
 
 WORKLOAD_KIND = "Workload"
 
@@ -155,7 +159,7 @@ def workload_record(obj: JSON) -> WorkloadRecord:
 
 
 def build_gang(pr: ProvReq, template: Callable[[str], TemplateDemand | None], *, priority: int = 0,
-               may_scale: bool = True) -> Gang:
+               may_scale: bool = True, tiers: TierPolicy | None = None) -> Gang:
     """The PR's gang from its templates' demands (:func:`template_demand`; None: no such template); raises
     :class:`PodSetError` when a template is missing or unusable."""
     names = template_names(pr)
@@ -179,7 +183,7 @@ def build_gang(pr: ProvReq, template: Callable[[str], TemplateDemand | None], *,
         # apart by their index.
         pod_sets.append(PodSet(name if names.count(name) == 1 else f"{name}[{i}]", count, demand))
     return Gang(pr.key, tuple(pod_sets), priority=priority, created=pr.created,
-                spread_zones=pr.flag(SPREAD_ZONES), may_scale=may_scale)
+                spread_zones=pr.flag(SPREAD_ZONES), may_scale=may_scale, tiers=tiers)
 
 
 def consumed_pr(pod: JSON) -> str | None:

@@ -19,6 +19,7 @@ from gangscale.kube.client import make_http
 from gangscale.kube.errors import ApiError
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import NodePool
+from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver import EmbeddedAPIServer
@@ -78,6 +79,8 @@ class Cluster:
     kubeconfig: Path = Path("kubeconfig")
     ctl_http: KubeHTTP | None = None
     cloud_http: KubeHTTP | None = None
+    #: The planner's policy (a pool file's ``planner`` and ``capacityTiers``).
+    policy: Policy = field(default_factory=Policy)
 
     @property
     def ctl(self) -> Controller:
@@ -102,7 +105,8 @@ class Cluster:
         self.provider = SimulatedProvider(self.cloud_http, self.pools, self.clock)
         self.history.append(self.provider)
         self.controller = Controller(self.ctl_http, self.provider, self.pools, settings=self.settings,
-                                     clock=self.clock, metrics=Metrics(dry_run=self.settings.dry_run))
+                                     policy=self.policy, clock=self.clock,
+                                     metrics=Metrics(dry_run=self.settings.dry_run))
         self.task = asyncio.create_task(self.controller.run(), name="controller under test")
         await wait_for(lambda: self.ctl.ready or self.task is None or self.task.done(), timeout=10)
         if self.task.done():  # it stopped while starting: its error is the caller's (stop() will not raise it again)
@@ -244,12 +248,14 @@ class Cluster:
 @contextlib.asynccontextmanager
 async def running_cluster(tmp_path: Path, *, pool_yaml: str = POOLS_YAML, settings: Settings = FAST,
                           start: bool = True) -> AsyncIterator[Cluster]:
+    """A running controller on the embedded server; ``pool_yaml`` gives its pools and its planner policy."""
     clock = ManualClock()
     server = EmbeddedAPIServer(clock=clock.datetime, bookmark_interval=0.2, seed=1)
     await server.start()
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
     http = await make_http(str(kubeconfig), user_agent="gangscale-tests")
-    cluster = Cluster(server, clock, http, pools(pool_yaml), settings, kubeconfig=kubeconfig)
+    cluster = Cluster(server, clock, http, pools(pool_yaml), settings, kubeconfig=kubeconfig,
+                      policy=parse_pool_yaml(pool_yaml).policy)
     try:
         if start:
             await cluster.start()

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from gangscale.sources.provreqparams import MAX_BOOKING_SECONDS, Parameters, read
+from gangscale.model.tiers import ON_DEMAND, SPOT, TierPolicy
+from gangscale.sources.provreqparams import MAX_BOOKING_SECONDS, Parameters, read, tier_policy
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,17 @@ CASES = [
     Case("spread-1", {"spreadZones": "1"}, Parameters(), ("spreadZones '1'",)),
     Case("several", {"bookingSeconds": "x", "noRetry": "y"}, Parameters(), ("bookingSeconds 'x'", "noRetry 'y'")),
     Case("others-are-not-ours", {"maxRunDurationSeconds": "nonsense"}, Parameters()),
+    Case("tiers", {"capacityTiers": "spot:600, on-demand"},
+         Parameters(tier_order=("spot", "on-demand"), tier_wait=(("spot", 600.0),))),
+    Case("tiers-unknown", {"capacityTiers": "spot,cheap"}, Parameters(),
+         ("parameter capacityTiers 'spot,cheap': unknown tier 'cheap'; tiers are reservation, on-demand, spot, "
+          "flex-start; the class's capacity tiers are used",)),
+    Case("tiers-negative-wait", {"capacityTiers": "spot:-1,on-demand"}, Parameters(),
+         ("capacityTiers 'spot:-1,on-demand': the wait for spot must be a number of seconds, 0 or more",)),
+    Case("mix", {"mixCapacityTiers": "true"}, Parameters(mix_tiers=True)),
+    Case("mix-false", {"mixCapacityTiers": "False"}, Parameters(mix_tiers=False)),
+    Case("mix-maybe", {"mixCapacityTiers": "maybe"}, Parameters(mix_tiers=False),
+         ("mixCapacityTiers 'maybe' is neither true nor false",)),
 ]
 
 
@@ -52,6 +64,19 @@ def test_parameters(case: Case) -> None:
     got = read(case.parameters)
     assert (got.booking_seconds, got.provisioned_when_requested, got.no_retry, got.spread_zones) == (
         case.want.booking_seconds, case.want.provisioned_when_requested, case.want.no_retry, case.want.spread_zones)
+    assert (got.tier_order, got.tier_wait, got.mix_tiers) == (case.want.tier_order, case.want.tier_wait,
+                                                              case.want.mix_tiers)
     assert len(got.problems) == len(case.problems), got.problems
     for problem, part in zip(got.problems, case.problems, strict=True):
         assert part in problem
+
+
+@pytest.mark.parametrize(("parameters", "want"), [
+    pytest.param({}, TierPolicy((SPOT, ON_DEMAND), wait={SPOT: 60}), id="the-class-policy"),
+    pytest.param({"capacityTiers": "on-demand"}, TierPolicy((ON_DEMAND,)), id="order-replaces-order-and-waits"),
+    pytest.param({"mixCapacityTiers": "true"}, TierPolicy((SPOT, ON_DEMAND), mix=True, wait={SPOT: 60}),
+                 id="mix-only"),
+    pytest.param({"capacityTiers": "bogus"}, TierPolicy((SPOT, ON_DEMAND), wait={SPOT: 60}), id="bad-keeps-class"),
+])
+def test_a_request_overrides_its_class_tier_policy(parameters: dict[str, str], want: TierPolicy) -> None:
+    assert tier_policy(read(parameters), TierPolicy((SPOT, ON_DEMAND), wait={SPOT: 60})) == want

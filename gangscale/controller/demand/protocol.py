@@ -30,6 +30,7 @@ from gangscale.controller.logic.settings import Settings
 from gangscale.controller.logic.view import ClusterView, PodInfo
 from gangscale.kube.reflector import Reflector
 from gangscale.model.gang import Gang
+from gangscale.model.policy import Policy
 from gangscale.observe.metrics import Metrics
 
 JSON = dict[str, Any]
@@ -39,6 +40,8 @@ class Host(Protocol):
     """What the loop offers a demand source."""
 
     settings: Settings
+    #: The planner's policy (the pool file's ``planner`` and ``capacityTiers``).
+    policy: Policy
     clock: Clock
     metrics: Metrics
     view: ClusterView

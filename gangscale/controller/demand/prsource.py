@@ -44,6 +44,7 @@ from gangscale.sources.provreq import (
     workload_record,
 )
 from gangscale.sources.provreqparams import read as read_parameters
+from gangscale.sources.provreqparams import tier_policy
 from gangscale.sources.raycluster import RayClusterError, bound_pods, parse_raycluster
 
 JSON = dict[str, Any]
@@ -212,8 +213,9 @@ class ProvReqSource:
             return None
         priority, raycluster = self._workload(pr)
         scale = (pr.class_name not in CHECK_CAPACITY_CLASSES) if may_scale is None else may_scale
+        tiers = tier_policy(read_parameters(pr.parameters), self.host.policy.tiers.for_class(pr.class_name))
         try:
-            gang = build_gang(pr, found.get, priority=priority, may_scale=scale)
+            gang = build_gang(pr, found.get, priority=priority, may_scale=scale, tiers=tiers)
         except PodSetError as exc:
             return str(exc)
         return self._less_bound(gang, pr, raycluster) if raycluster else gang
