@@ -197,6 +197,10 @@ async def test_pools_from_gke_writes_a_pool_file_and_leaves_out_an_autoscaled_po
     gcp.add_node_pool((REGION, CLUSTER), "l4", machine_type="g2-standard-8", zones=[ZONE, "us-central1-b"])
     gcp.add_node_pool((REGION, CLUSTER), "auto", machine_type="g2-standard-8", zones=[ZONE],
                       autoscaling_enabled=True)
+    gcp.add_node_pool((REGION, CLUSTER), "h100-spot", machine_type="a3-highgpu-8g", zones=[ZONE], spot=True)
+    gcp.add_node_pool((REGION, CLUSTER), "h100-resv", machine_type="a3-highgpu-8g", zones=[ZONE], extra={"config": {
+        "reservationAffinity": {"consumeReservationType": "SPECIFIC_RESERVATION",
+                                "key": "compute.googleapis.com/reservation-name", "values": ["h100-block"]}}})
     await gcp.start()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -211,7 +215,10 @@ async def test_pools_from_gke_writes_a_pool_file_and_leaves_out_an_autoscaled_po
     written = tmp_path / "pools.yaml"
     written.write_text(out.decode())
     pools = {p.name: p for p in parse_pool_file(written)}
-    assert sorted(pools) == ["l4-a", "l4-b", "v5e"]
+    assert sorted(pools) == ["h100-resv", "h100-spot", "l4-a", "l4-b", "v5e"]
+    assert [pools[name].capacity_type for name in ("h100-resv", "h100-spot", "l4-a")] == [
+        "reservation", "spot", "on-demand"]
+    assert pools["h100-spot"].labels["cloud.google.com/gke-spot"] == "true"
     assert pools["v5e"].provider["gke"] == {"project": PROJECT, "location": REGION, "cluster": CLUSTER,
                                             "mode": "slice", "nodePool": "v5e"}
     assert pools["v5e"].nodes_per_unit == 2 and pools["v5e"].labels["team"] == "ml"

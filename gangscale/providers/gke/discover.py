@@ -17,6 +17,13 @@ Each node pool becomes what gangscale can do with it:
 
 Labels and taints are the node config's own (GKE and gangscale add theirs); ``maxUnits`` cannot be read from a
 pool GKE does not autoscale, so it is written as a stated default for the operator to set to their budget.
+
+Each pool's ``capacityType`` comes from the node config (container v1 ``NodeConfig``): ``spot`` (or the older
+``preemptible``) makes ``spot``; a ``reservationAffinity`` that must consume a reservation (``SPECIFIC_RESERVATION``,
+``ANY_RESERVATION_THEN_FAIL``) makes ``reservation``, with the reservation's name when it is a specific one — its
+size is not in the node pool, so it is left for the operator (``reservation.nodes``); flex-start and queued
+provisioning pools are flex-start by their mode. ``ANY_RESERVATION`` takes a reservation when one matches and
+on-demand capacity otherwise, so such a pool is written as on-demand.
 """
 
 from __future__ import annotations
@@ -79,7 +86,7 @@ def _pools_of(node_pool: JSON, project: str, location: str, cluster: str) -> lis
     labels = {k: str(v) for k, v in (config.get("labels") or {}).items() if not str(k).startswith(RESERVED_PREFIXES)}
     taints = [{"key": t.get("key"), "value": t.get("value", ""), "effect": EFFECTS.get(t.get("effect"), "NoSchedule")}
               for t in config.get("taints") or [] if t.get("key") not in GKE_TAINT_KEYS]
-    common: JSON = {"machineType": machine_type}
+    common: JSON = {"machineType": machine_type, **_capacity(config)}
     if labels:
         common["labels"] = labels
     if taints:
@@ -100,6 +107,24 @@ def _pools_of(node_pool: JSON, project: str, location: str, cluster: str) -> lis
     return [{"name": _pool_name(name, zone if len(zones) > 1 else ""), **common, "zone": zone,
              "maxUnits": DEFAULT_MAX_UNITS, "gke": dict(gke)}
             for zone in zones]
+
+
+#: Reservation affinities whose VMs come only from a reservation.
+RESERVED_ONLY = ("SPECIFIC_RESERVATION", "ANY_RESERVATION_THEN_FAIL")
+#: ``reservationAffinity.key`` of a specific reservation (its values name it).
+RESERVATION_NAME_KEY = "compute.googleapis.com/reservation-name"
+
+
+def _capacity(config: JSON) -> JSON:
+    """The pool file's ``capacityType`` (and ``reservation``) for a node config; nothing for on-demand."""
+    if config.get("spot") or config.get("preemptible"):
+        return {"capacityType": "spot"}
+    affinity = config.get("reservationAffinity") or {}
+    if affinity.get("consumeReservationType") in RESERVED_ONLY:
+        values = affinity.get("values") or []
+        named = affinity.get("key") == RESERVATION_NAME_KEY and len(values) == 1
+        return {"capacityType": "reservation", **({"reservation": {"name": str(values[0])}} if named else {})}
+    return {}
 
 
 def _mode(node_pool: JSON) -> str:
