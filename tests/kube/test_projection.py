@@ -129,6 +129,11 @@ NODES = [
     pytest.param(full_node(status__conditions=[{"type": "Ready", "status": "Unknown",
                                                 "lastTransitionTime": "2026-11-20T10:09:00Z"}]), id="not-ready"),
     pytest.param(full_node(status__conditions=None), id="no-conditions"),
+    pytest.param(full_node(status__conditions=[{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                                                "message": "node is shutting down",
+                                                "lastTransitionTime": "2026-11-20T10:09:00Z"}]), id="shutting-down"),
+    pytest.param(full_node(spec__taints=[{"key": "cloud.google.com/impending-node-termination",
+                                          "effect": "NoSchedule"}]), id="termination-taint"),
     pytest.param(full_node(status__allocatable={"cpu": "eight"}), id="bad-allocatable"),
     pytest.param(full_node(spec__taints=[{"key": "k", "effect": "Sometimes"}]), id="bad-taint"),
     pytest.param(full_node(status__conditions="Ready"), id="conditions-not-a-list"),
@@ -184,6 +189,8 @@ def test_the_table_reaches_every_outcome() -> None:
     assert sum(worker_pod(p.values[0]) is not None for p in PODS) >= 3
     nodes = [parse_node(n.values[0]) for n in NODES]
     assert None in nodes and any(n is not None and n.pool == "a3" for n in nodes)
+    assert {n.readiness.notice for n in nodes if n is not None} == {
+        "", "node is shutting down", "tainted cloud.google.com/impending-node-termination"}
 
 
 def test_what_the_transforms_do_not_read_is_not_decoded() -> None:

@@ -65,6 +65,7 @@ class NodeCondition(Fields):
     type: Any = None
     status: Any = None
     lastTransitionTime: Any = None
+    message: Any = None
 
 
 class NodeStatus(Fields):

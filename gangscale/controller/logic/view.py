@@ -61,9 +61,19 @@ class Readiness:
 
     status: str
     since: float | None
+    #: Why the node is about to go away, when it says so ("" otherwise): the kubelet's graceful node shutdown (its
+    #: Ready condition's message says the node is shutting down: a spot VM's preemption notice), or a termination
+    #: handler's taint (:data:`TERMINATION_TAINTS`).
+    notice: str = ""
 
 
 NO_READINESS = Readiness("", None)
+#: The kubelet's graceful node shutdown turns Ready False with this in its message (``pkg/kubelet/nodeshutdown``).
+SHUTTING_DOWN = "shutting down"
+#: Taints that node termination handlers put on a node about to be reclaimed: Kubernetes' k8s-node-termination-handler
+#: for GCE preemptions (``cloud.google.com/impending-node-termination``) and AWS's aws-node-termination-handler for a
+#: spot interruption notice (``aws-node-termination-handler/spot-itn``).
+TERMINATION_TAINTS = ("cloud.google.com/impending-node-termination", "aws-node-termination-handler/spot-itn")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +191,8 @@ def parse_node(node: JSON, classify: Classify = labelled_node) -> NodeInfo | Non
         log.warning("node %s is unusable for planning: %s", name, exc)
         return None
     readiness = _readiness(status.get("conditions"))
+    if not readiness.notice and (ended := next((t.key for t in taints if t.key in TERMINATION_TAINTS), None)):
+        readiness = replace(readiness, notice=f"tainted {ended}")
     ready = readiness.status == "True"
     labels = {shared(str(k)): shared(str(v)) for k, v in (meta.get("labels") or {}).items()}
     deleting = bool(meta.get("deletionTimestamp"))
@@ -195,8 +207,10 @@ def parse_node(node: JSON, classify: Classify = labelled_node) -> NodeInfo | Non
 def _readiness(conditions: Any) -> Readiness:
     for cond in conditions if isinstance(conditions, list) else ():
         if isinstance(cond, dict) and cond.get("type") == "Ready":
-            since = cond.get("lastTransitionTime")
-            return Readiness(str(cond.get("status") or ""), parse_rfc3339(since) if isinstance(since, str) else None)
+            since, message = cond.get("lastTransitionTime"), str(cond.get("message") or "")
+            notice = message if cond.get("status") != "True" and SHUTTING_DOWN in message.lower() else ""
+            return Readiness(str(cond.get("status") or ""), parse_rfc3339(since) if isinstance(since, str) else None,
+                             notice)
     return NO_READINESS
 
 
