@@ -77,11 +77,17 @@ def _decision(decision: JSON | None, retry_at: str | None) -> list[str]:
 
 
 def _backed_off(doc: JSON) -> list[str]:
-    """Backed-off pools the decision does not name already."""
+    """Backed-off pools the decision does not name already; unhealthy pools with their recent scale-ups."""
     named = {reason["pool"] for reason in (doc.get("decision") or {}).get("reasons") or ()}
     pools = doc.get("backedOffPools") or {}
-    return [f"  pool {pool} is backed off until {b['until']} after {b['reason']}" for pool, b in sorted(pools.items())
-            if pool not in named]
+    unhealthy = doc.get("unhealthyPools") or {}
+    lines = [f"  pool {pool} is backed off until {b['until']} after {b['reason']}"
+             for pool, b in sorted(pools.items()) if pool not in named and pool not in unhealthy]
+    for _, u in sorted(unhealthy.items()):
+        lines.append(f"  {u['message']}")
+        recent = ", ".join(u.get("recent") or ()) or "none"
+        lines.append(f"      its last scale-ups, oldest first: {recent}; it is tried afresh once the cooldown ends")
+    return lines
 
 
 def hint_text(reason: JSON) -> str | None:

@@ -77,6 +77,40 @@ def parse_seconds(text: str) -> float:
     return seconds
 
 
+#: The longest memory of scale-up outcomes a pool keeps (``--pool-health-window``): enough for any sensible ratio;
+#: a bound, so that a typo (``400`` for ``4``) is refused instead of making a pool next to never unhealthy.
+MAX_HEALTH_WINDOW = 100
+
+
+def parse_health_window(text: str) -> int:
+    try:
+        window = int(text)
+    except ValueError:
+        window = -1
+    if not 0 <= window <= MAX_HEALTH_WINDOW:
+        raise ValueError(f"not a number of scale-ups from 0 (pool health off) to {MAX_HEALTH_WINDOW}")
+    return window
+
+
+def parse_ratio(text: str) -> float:
+    """A failure ratio: more than 0 (a pool with no failure is never unhealthy), at most 1."""
+    try:
+        ratio = float(text)
+    except ValueError:
+        ratio = math.nan
+    if not 0 < ratio <= 1:  # NaN fails both comparisons
+        raise ValueError("not a ratio above 0 and at most 1 (0.5: half of the window failed)")
+    return ratio
+
+
+def parse_cooldown(text: str) -> float:
+    """A duration above 0: a pool found unhealthy is skipped for it (``--pool-health-window 0`` turns health off)."""
+    seconds = parse_seconds(text)
+    if seconds <= 0:
+        raise ValueError("must be more than 0 (to turn pool health off, use --pool-health-window 0)")
+    return seconds
+
+
 def parse_classes(text: str) -> tuple[str, ...]:
     classes = tuple(c.strip() for c in text.split(",") if c.strip())
     if not classes:
@@ -166,6 +200,12 @@ class RunFlags:
     retry_max: float = _flag("10m", "... up to this", parse_seconds)
     pool_backoff: float = _flag("3m", "how long a pool is skipped after a stockout, quota error or nodes that never "
                                       "got Ready (doubles on repeated failures, up to 30m)", parse_seconds)
+    pool_health_window: int = _flag("4", "pool health: how many of a pool's last scale-ups are weighed (0: off)",
+                                    parse_health_window)
+    pool_unhealthy_ratio: float = _flag("0.5", "a pool whose failed scale-ups reach this share of the window is "
+                                               "unhealthy ...", parse_ratio)
+    pool_unhealthy_cooldown: float = _flag("30m", "... and skipped this long; its record then starts afresh",
+                                           parse_cooldown)
     expiry: float = _flag("7d", "a request not provisioned this long after creation fails with reason Expired",
                           parse_seconds)
     terminal_ttl: float = _flag("7d", "requests whose outcome is older than this are deleted (0 keeps them)",

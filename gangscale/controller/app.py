@@ -61,7 +61,9 @@ class RunOptions:
             scale_down_unneeded_time=flags.scale_down_unneeded_time,
             max_node_provision_time=flags.max_node_provision_time,
             booked_node_unready_grace=flags.booked_node_unready_grace, retry_initial=flags.retry_initial,
-            retry_max=flags.retry_max, pool_backoff_initial=flags.pool_backoff, expiry=flags.expiry,
+            retry_max=flags.retry_max, pool_backoff_initial=flags.pool_backoff,
+            pool_health_window=flags.pool_health_window, pool_unhealthy_ratio=flags.pool_unhealthy_ratio,
+            pool_unhealthy_cooldown=flags.pool_unhealthy_cooldown, expiry=flags.expiry,
             terminal_ttl=flags.terminal_ttl, ray=flags.ray, ray_batch_idle=flags.ray_batch_idle,
             ray_batch_max=flags.ray_batch_max, ray_gcs=flags.ray_gcs, ray_gcs_interval=flags.ray_gcs_interval,
             api_unreachable_timeout=flags.api_unreachable_timeout)

@@ -29,6 +29,7 @@ from gangscale.controller.logic.batching import Batching
 from gangscale.controller.logic.holdings import held
 from gangscale.controller.logic.indices import RequestIndex
 from gangscale.controller.logic.ledger import Ledger
+from gangscale.controller.logic.poolhealth import PoolHealth, ScaleUpOutcome, Unhealthy
 from gangscale.controller.logic.reconcile import Consumed, Release, carried_over
 from gangscale.controller.logic.request import Phase, Request, RequestState, phase
 from gangscale.controller.logic.settings import Settings
@@ -79,6 +80,9 @@ class Core:
         self.actuator, self.effects, self.view = actuator, effects, view
         s = settings
         self.backoffs = PoolBackoffs(s.pool_backoff_initial, s.pool_backoff_max, s.pool_backoff_reset)
+        #: Each pool's recent scale-up outcomes; an unhealthy pool is closed through ``backoffs`` (:mod:`.poolhealth`).
+        self.health = PoolHealth(s.pool_health_window, s.pool_unhealthy_ratio, s.pool_unhealthy_cooldown,
+                                 on_outcome=self._scale_up_outcome)
         #: Capacity in flight: being obtained, coming up, handed back, going away (:mod:`.ledger`).
         self.ledger = Ledger()
         self.sources: dict[str, DemandSource] = {}
@@ -107,6 +111,12 @@ class Core:
                                  ledger=self.ledger, spawn=self.spawn)
         self.writer = StatusWriter(self.states, self.sources, effects, self.queue, self.index, settings=s,
                                    clock=clock, metrics=metrics, spawn=self.spawn, forget=self.forget)
+
+    def _scale_up_outcome(self, pool: str, outcome: ScaleUpOutcome, became: Unhealthy | None) -> None:
+        self.metrics.pool_scale_up_outcome(pool, outcome.value)
+        if became is not None:
+            log.warning("%s (recent scale-ups, oldest first: %s)", became.message,
+                        ", ".join(o.value for o in became.outcomes), extra={"pool": pool})
 
     def add_sources(self, sources: Iterable[DemandSource]) -> None:
         self.sources.update((source.name, source) for source in sources)
@@ -254,22 +264,25 @@ class Core:
 
     def export_gauges(self, *, leading: bool, now: float) -> None:
         export_gauges(self.metrics, leading=leading, counts=self.index.counts, backed_off=self.backoffs.active(now),
-                      view=self.view, pools=self.pools, states=self.states.values())
+                      view=self.view, pools=self.pools, states=self.states.values(),
+                      unhealthy=self.health.active(now))
 
     def debug_document(self, pr: str | None, *, passes: int, last_pass: float | None,
                        now: float) -> dict[str, Any] | None:
         """``GET /debug/plans`` (:func:`report.debug_document`); with ``pr`` (``namespace/name``), that request's
         document (:func:`report.explain_document`), None when no such request is known."""
         backed_off = self.backoffs.active(now)
+        unhealthy = {pool: (found, self.health.recent(pool, now)) for pool, found in self.health.active(now).items()}
         if pr is None:
             return debug_document(dry_run=self.settings.dry_run, passes=passes, last_pass=last_pass,
                                   plans=self.plans, scale_downs=self.removals.history, backed_off=backed_off,
-                                  states=self.states)
+                                  states=self.states, unhealthy=unhealthy)
         st = self.states.get(pr)
         if st is None:
             return None
         return explain_document(st, self.view, self.settings, now, passes=passes, last_pass=last_pass,
-                                decided_at=self.plans.get(pr, {}).get("at"), backed_off=backed_off)
+                                decided_at=self.plans.get(pr, {}).get("at"), backed_off=backed_off,
+                                unhealthy=unhealthy)
 
     # -- releases of a request's scale-up ---------------------------------------------------------------------------
 

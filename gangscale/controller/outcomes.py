@@ -3,7 +3,7 @@
 :func:`act` turns the actions a pass decided (:class:`~.reconcile.Actions`: scale up, resume a recorded scale-up,
 release, delete) into effects in the core's outbox. When a scale-up's effect ends, :func:`scaled_up` applies its
 result in the next pass: the units obtained (``reconcile.obtained``), a failure (``reconcile.scale_up_failed``:
-pool backoffs, the request's retry), an intent that could not be recorded, or a lost lease. Releases are the
+pool backoffs and health, the request's retry), an intent that could not be recorded, or a lost lease. Releases are the
 core's own operation (:meth:`Core.start_release`).
 """
 
@@ -116,7 +116,7 @@ def _settled(core: Core, st: RequestState, record: Record, result: ScaledUp, now
     if result.intent_body is not None:
         st.version = result.intent_version or st.version
         core.writer.observe_written(st, result.intent_body, now)
-    ctx = Context(now, core.settings, core.pools, core.backoffs, core)
+    ctx = Context(now, core.settings, core.pools, core.backoffs, core, core.health)
     if result.failures:
         failures = [Failure(error, _asked(record, error.pool), _held_units(core, error.pool, st.key))
                     for error in result.failures]

@@ -88,7 +88,7 @@ def _run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]],
         core.resync_at = now + RESYNC
     batch = core.batching.take_batch(now)
     keys = core.queue.take(now) | batch
-    ctx = Context(now, core.settings, core.pools, core.backoffs, core)
+    ctx = Context(now, core.settings, core.pools, core.backoffs, core, core.health)
     acts = Actions()
     to_plan = []
     deferring = not batch and core.batching.deferring(now)

@@ -16,6 +16,7 @@ from typing import Any
 
 from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.backoffs import PoolBackoff
+from gangscale.controller.logic.poolhealth import ScaleUpOutcome, Unhealthy
 from gangscale.controller.logic.reconcile import deadline
 from gangscale.controller.logic.request import Phase, RequestState, phase
 from gangscale.controller.logic.settings import Settings
@@ -50,13 +51,14 @@ def record_plans(plans: dict[str, dict[str, Any]], decisions: Sequence[Decision]
 
 def export_gauges(metrics: Metrics, *, leading: bool, counts: Mapping[tuple[str, str], int],
                   backed_off: Iterable[str], view: ClusterView, pools: Mapping[str, NodePool],
-                  states: Iterable[RequestState]) -> None:
+                  states: Iterable[RequestState], unhealthy: Iterable[str] = ()) -> None:
     """Set the gauges (``counts``: requests per (class, phase))."""
     metrics.set_leader(leading)
     metrics.set_requests(dict(counts))
     booked_requests = sum(n for (_, state), n in counts.items() if state == Phase.BOOKED.lower())
     metrics.set_bookings(booked_requests)
     metrics.set_backed_off(backed_off)
+    metrics.set_unhealthy(unhealthy)
     metrics.set_pool_units(pool_unit_states(view, pools, states))
 
 
@@ -85,9 +87,21 @@ def backed_off_json(backed_off: Mapping[str, PoolBackoff]) -> dict[str, Any]:
     return {pool: {"until": rfc3339(b.until), "reason": b.reason} for pool, b in backed_off.items()}
 
 
+#: An unhealthy pool's verdict and the outcomes its buffer holds now (oldest first).
+UnhealthyPools = Mapping[str, tuple[Unhealthy, Sequence[ScaleUpOutcome]]]
+
+
+def unhealthy_json(unhealthy: UnhealthyPools) -> dict[str, Any]:
+    """``unhealthyPools``: per pool, since and until when it is skipped, why (``message``), the outcomes that made
+    it unhealthy (``outcomes``) and those recorded since (``recent``: the whole buffer now)."""
+    return {pool: {"since": rfc3339(v.since), "until": rfc3339(v.until), "message": v.message,
+                   "outcomes": [o.value for o in v.outcomes], "recent": [o.value for o in recent]}
+            for pool, (v, recent) in sorted(unhealthy.items())}
+
+
 def debug_document(*, dry_run: bool, passes: int, last_pass: float | None, plans: Mapping[str, dict[str, Any]],
                    scale_downs: list[dict[str, Any]], backed_off: Mapping[str, PoolBackoff],
-                   states: Mapping[str, RequestState]) -> dict[str, Any]:
+                   states: Mapping[str, RequestState], unhealthy: UnhealthyPools | None = None) -> dict[str, Any]:
     """What ``GET /debug/plans`` shows: the latest decisions, recent scale-downs, every request's phase."""
     return {
         "dryRun": dry_run,
@@ -96,6 +110,7 @@ def debug_document(*, dry_run: bool, passes: int, last_pass: float | None, plans
         "decisions": [plans[key] for key in sorted(plans) if key in states],
         "scaleDowns": scale_downs,
         "backedOffPools": backed_off_json(backed_off),
+        "unhealthyPools": unhealthy_json(unhealthy or {}),
         "requests": [{"request": st.key, "class": st.request.class_name, "phase": phase(st).value,
                       "conditions": {t: f"{c.status}/{c.reason}: {c.message}" for t, c in st.conditions.items()},
                       "retryAt": rfc3339(st.retry_at) if st.retry_at else None}
@@ -105,13 +120,13 @@ def debug_document(*, dry_run: bool, passes: int, last_pass: float | None, plans
 
 def explain_document(st: RequestState, view: ClusterView, settings: Settings, now: float, *, passes: int,
                      last_pass: float | None, decided_at: str | None,
-                     backed_off: Mapping[str, PoolBackoff]) -> dict[str, Any]:
+                     backed_off: Mapping[str, PoolBackoff], unhealthy: UnhealthyPools | None = None) -> dict[str, Any]:
     """What ``GET /debug/plans?pr=`` shows: the request's document (:func:`request_document`) and the controller's
     state around it."""
     return {"dryRun": settings.dry_run, "passes": passes,
             "lastPass": rfc3339(last_pass) if last_pass is not None else None,
             **request_document(st, view, settings, now, decided_at),
-            "backedOffPools": backed_off_json(backed_off)}
+            "backedOffPools": backed_off_json(backed_off), "unhealthyPools": unhealthy_json(unhealthy or {})}
 
 
 def request_document(st: RequestState, view: ClusterView, settings: Settings, now: float,

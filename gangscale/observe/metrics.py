@@ -32,6 +32,13 @@ Series (the names and labels are the public API):
     Times a pool was put in backoff. :meth:`Metrics.backoff`.
 ``gangscale_pool_backed_off{pool}`` (gauge)
     1 for each pool currently in backoff. :meth:`Metrics.set_backed_off`, replace semantics.
+``gangscale_pool_unhealthy{pool}`` (gauge)
+    1 for each pool currently unhealthy (too many of its last scale-ups failed: it is skipped until its cooldown
+    ends; it is backed off meanwhile too). :meth:`Metrics.set_unhealthy`, replace semantics.
+``gangscale_pool_scale_up_outcomes_total{pool, outcome}`` (counter)
+    Scale-up outcomes per pool, one per pool per scale-up: ``success`` (every node Ready), ``timeout`` (nodes
+    never Ready), ``partial`` (the cloud granted part of the units), ``stockout``, ``quota``, ``error``.
+    :meth:`Metrics.pool_scale_up_outcome`.
 ``gangscale_scaled_units_total{pool, direction, dry_run}`` (counter)
     Units scaled up or down (``direction`` is ``up`` or ``down``). :meth:`Metrics.scaled`.
 ``gangscale_pass_duration_seconds`` (histogram)
@@ -205,6 +212,15 @@ class Metrics:
             Gauge("gangscale_pool_backed_off", "1 for each node pool currently in backoff.", ["pool"], registry=r),
             arity=1,
         )
+        self._unhealthy = _ReplacingGauge(
+            Gauge("gangscale_pool_unhealthy", "1 for each node pool currently unhealthy (skipped until its cooldown "
+                  "ends).", ["pool"], registry=r),
+            arity=1,
+        )
+        self._pool_outcomes = Counter(
+            "gangscale_pool_scale_up_outcomes_total", "Scale-up outcomes per node pool (success, timeout, partial, "
+            "stockout, quota, error).", ["pool", "outcome"], registry=r
+        )
         self._scaled = Counter(
             "gangscale_scaled_units_total",
             "Node pool units scaled up or down.",
@@ -297,6 +313,14 @@ class Metrics:
     def set_backed_off(self, pools: Iterable[str]) -> None:
         """Replace the set of pools currently in backoff."""
         self._backed_off.replace(((pool,), 1) for pool in pools)
+
+    def set_unhealthy(self, pools: Iterable[str]) -> None:
+        """Replace the set of pools currently unhealthy."""
+        self._unhealthy.replace(((pool,), 1) for pool in pools)
+
+    def pool_scale_up_outcome(self, pool: str, outcome: str) -> None:
+        """Count one scale-up's ``outcome`` for ``pool``."""
+        self._pool_outcomes.labels(pool, outcome).inc()
 
     def scaled(self, pool: str, direction: str, units: int) -> None:
         """Count ``units`` scaled ``direction`` (``up`` or ``down``) on ``pool``."""

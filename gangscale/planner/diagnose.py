@@ -19,6 +19,10 @@ from gangscale.planner.pack import Group, fit, fit_group, units_needed
 from gangscale.planner.search import GangSearch, ZoneShortfall
 from gangscale.planner.state import ClusterState
 
+#: How the controller's pool health words the backoff reason of an unhealthy pool ("unhealthy: 3 of the last 4
+#: scale-ups timed out").
+UNHEALTHY = "unhealthy:"
+
 
 def when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -100,8 +104,10 @@ def _pool_reason(state: ClusterState, compat: Compatibility, search: GangSearch,
     if pool_state.backed_off(state.now):
         assert pool_state.backoff_until is not None
         cause = pool_state.backoff_reason or "a failed scale-up"
-        return PoolReason(pool.name, ReasonCode.BACKED_OFF, f"backed off until {when(pool_state.backoff_until)} "
-                                                            f"after {cause}", Hint(until=pool_state.backoff_until))
+        # A pool closed for failing too often (the controller's pool health) says so first.
+        text = (f"{cause}; skipped until {when(pool_state.backoff_until)}" if cause.startswith(UNHEALTHY) else
+                f"backed off until {when(pool_state.backoff_until)} after {cause}")
+        return PoolReason(pool.name, ReasonCode.BACKED_OFF, text, Hint(until=pool_state.backoff_until))
     problems = {group.index: compat.pool_problem(group.demand, pool) for group in search.groups}
     fitting = [group for group in search.groups if problems[group.index] is None]
     if not fitting:

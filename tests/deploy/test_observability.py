@@ -56,7 +56,8 @@ def test_alerts_use_only_exported_metrics_and_known_fields(chart: list[dict[str,
     exported = mo.exported_names()
     alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(alerts) == {"GangscaleScaleUpsFailing", "GangscaleRequestsPending", "GangscalePoolBackedOff",
-                           "GangscaleNoLeader", "GangscaleAbsent", "GangscaleNoPass"}
+                           "GangscalePoolUnhealthy", "GangscaleNoLeader", "GangscaleAbsent", "GangscaleNoPass"}
+    assert "gangscale_pool_unhealthy" in alerts["GangscalePoolUnhealthy"]["expr"]
     for name, alert in alerts.items():
         names = mo.metric_names(alert["expr"])
         assert names and names <= exported, (name, names - exported)

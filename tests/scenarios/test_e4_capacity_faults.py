@@ -10,6 +10,7 @@ arithmetic on plain objects).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from gangscale.providers.base import TOKEN_LABEL
 from gangscale.providers.simfaults import FAILED, RELEASED, ProviderCall
 from gangscale.sim.apiserver import Fault
-from tests.controller.harness import Cluster, running_cluster
+from tests.controller.harness import FAST, Cluster, running_cluster
 from tests.scenarios.support import (
     CLOUD_AGENT,
     backed_off_until,
@@ -80,7 +81,10 @@ async def test_e4_01_partial_atomic_scale_up(tmp_path: Path, cloud_cleans_up: bo
     - *no orphan nodes after ``max_node_provision_time``*: 15 min after the failure the pool still holds only
       the earlier node, and no node of the gang's token exists.
     """
-    async with running_cluster(tmp_path, pool_yaml=ONE_GPU_POOL) as cl, watching_nodes(cl.http) as seen:
+    # Pool health off: this scenario is about the backoff ladder (pool health: tests/controller/test_poolhealth.py).
+    settings = replace(FAST, pool_health_window=0)
+    async with running_cluster(tmp_path, pool_yaml=ONE_GPU_POOL, settings=settings) as cl, \
+            watching_nodes(cl.http) as seen:
         await gpu_template(cl)
         await cl.provreq("before", ("gpu8", 1))
         await cl.advance_stepwise(PROVISION_SECONDS)

@@ -15,6 +15,7 @@ from typing import Protocol
 from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.backoffs import PoolBackoffs
 from gangscale.controller.logic.bookings import planned_booking
+from gangscale.controller.logic.poolhealth import PoolHealth, ScaleUpOutcome, Unhealthy
 from gangscale.controller.logic.record import OBTAINED, OBTAINING, Record, Step
 from gangscale.controller.logic.request import Phase, RequestState, phase
 from gangscale.controller.logic.settings import Settings
@@ -87,6 +88,30 @@ class Context:
     pools: Mapping[str, NodePool]
     backoffs: PoolBackoffs
     world: World
+    #: Each pool's recent scale-up outcomes (None: not kept, as in tests that build a Context by hand).
+    health: PoolHealth | None = None
+
+    def scale_up_outcome(self, pool: str, outcome: ScaleUpOutcome) -> Unhealthy | None:
+        """Record how a scale-up went for ``pool``; the pool's verdict while it is unhealthy (None when healthy).
+
+        A pool that just became unhealthy is closed through its backoff until its cooldown ends, with the verdict
+        as the reason: the planner skips it and every place that shows backoffs (the ``BackedOff`` reason,
+        ``gangscale explain``, ``/debug/plans``, ``gangscale_pool_backed_off``) says why. Called after the
+        failure's own backoff, whose reason the verdict replaces."""
+        if self.health is None or pool not in self.pools:
+            return None
+        became = self.health.record(pool, outcome, self.now,
+                                    capacity_type=getattr(self.pools[pool], "capacity_type", ""))
+        verdict = self.health.unhealthy(pool, self.now)
+        if became is not None and verdict is not None:
+            self.backoffs.fail(pool, verdict.cause, self.now, at_least=verdict.until - self.now)
+        return verdict
+
+    def unhealthy(self, pool: str) -> Unhealthy | None:
+        """The pool's verdict while its cooldown lasts. A failure of an unhealthy pool (a scale-up that was in flight
+        when the verdict came) leaves the pool's backoff alone: the verdict closes the pool until the cooldown
+        ends, and a backoff taken now would outlast it (the verdict made the cooldown the backoff's duration)."""
+        return self.health.unhealthy(pool, self.now) if self.health is not None else None
 
 
 def duration(seconds: float) -> str:
@@ -249,6 +274,8 @@ def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
         st.booking = (planned_booking(st.gang, st.decision, new_nodes_by_pool(st))
                       if st.gang is not None and st.decision is not None else None)
         st.booking_seen = set()
+        for pool in sorted({step.pool for step in record.steps}):
+            ctx.scale_up_outcome(pool, ScaleUpOutcome.SUCCESS)
         provisioned(st, C.R_PROVISIONED, f"{len(nodes)} new nodes are Ready ({steps_text(record)})", ctx.now,
                     ctx.settings)
         return
@@ -256,14 +283,22 @@ def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
         return
     late = sorted({got.pool for got in st.obtained.values() if set(got.node_names) - set(ready)})
     # Only nodes that never turned Ready count against their pool: one that was Ready and then lost its kubelet
-    # says nothing about whether the pool can deliver.
-    for pool in sorted({got.pool for got in st.obtained.values() if set(got.node_names) - st.ready_seen}):
-        ctx.backoffs.fail(pool, "nodes that did not become Ready in time", ctx.now)
+    # says nothing about whether the pool can deliver. A pool of the scale-up whose every node did turn Ready
+    # delivered: that is its outcome, though the scale-up is released for another pool's nodes.
+    never = sorted({got.pool for got in st.obtained.values() if set(got.node_names) - st.ready_seen})
+    verdicts = []
+    for pool in sorted(set(never) | {step.pool for step in record.steps}):
+        if pool in never and ctx.unhealthy(pool) is None:
+            ctx.backoffs.fail(pool, "nodes that did not become Ready in time", ctx.now)
+        verdict = ctx.scale_up_outcome(pool, ScaleUpOutcome.TIMEOUT if pool in never else ScaleUpOutcome.SUCCESS)
+        if verdict is not None and pool in never:
+            verdicts.append(verdict.message)
     lost = sorted((set(nodes) & st.ready_seen) - set(ready))
     why = (f"{len(nodes) - len(ready)} of {len(nodes)} new nodes were not Ready within "
            f"{duration(ctx.settings.max_node_provision_time)} (pools {', '.join(late) or '?'}"
            + (f"; {len(lost)} of them were Ready and lost readiness" if lost else "")
-           + "); every unit of the scale-up is released and the request re-planned once they are gone")
+           + "); every unit of the scale-up is released and the request re-planned once they are gone"
+           + "".join(f"; {message}" for message in verdicts))
     abandon(st, nodes, why, "ScaleUpTimedOut", ctx.now, acts)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.bookings import planned_booking
+from gangscale.controller.logic.poolhealth import ScaleUpOutcome
 from gangscale.controller.logic.reconcile import (
     NORMAL,
     WARNING,
@@ -53,12 +54,16 @@ def decided(st: RequestState, decision: Decision, ctx: Context, acts: Actions) -
             acts.scale_up.append(st)
         case Outcome.INFEASIBLE:
             message = summarize(decision)
-            if st.request.no_retry:
+            # A gang waiting out a tier's wait bound is not refused yet: it is planned again when the next tier
+            # opens, noRetry or not.
+            if st.request.no_retry and decision.wait_until is None:
                 st.set(C.FAILED, True, C.R_NOT_FOUND, message, stamp)
                 st.event(WARNING, "CapacityNotFound", message)
                 return
             st.retries += 1
             st.retry_at = now + retry_delay(st.retries, settings)
+            if decision.wait_until is not None:
+                st.retry_at = min(st.retry_at, decision.wait_until)
             st.set(C.PROVISIONED, False, C.R_NOT_FOUND, f"{message}. Next attempt at {rfc3339(st.retry_at)}", stamp)
             if st.retries == 1:
                 st.event(WARNING, "CapacityNotFound", message)
@@ -88,19 +93,42 @@ class Failure:
     asked: int
     held: int = 0
 
+    @property
+    def outcome(self) -> ScaleUpOutcome:
+        """What the failure says of its pool's health (:mod:`.poolhealth`). A partial grant: the cloud made part of
+        the units and ran out (a stockout or quota error that says how many it had, fewer than asked but some),
+        or the provider answered with fewer units than asked (the actuator's ``INCOMPLETE_RESULT``); the
+        scale-up was released either way. Assumed: a stockout that does not say how many it had (GCE's) is a
+        stockout, though the cloud may have made some units before it ran out."""
+        error = self.error
+        if error.code == INCOMPLETE_RESULT or (error.error_class in SIZED and error.available is not None
+                                               and 0 < error.available < self.asked):
+            return ScaleUpOutcome.PARTIAL
+        return _OUTCOMES.get(error.error_class, ScaleUpOutcome.ERROR)
+
 
 #: Failures whose cause depends on how much was asked for: the pool stays open for less.
 SIZED = frozenset({ErrorClass.STOCKOUT, ErrorClass.QUOTA})
+#: The code the actuator gives an answer short of the units asked for (``gangscale.controller.actuator``).
+INCOMPLETE_RESULT = "INCOMPLETE_RESULT"
+_OUTCOMES = {ErrorClass.STOCKOUT: ScaleUpOutcome.STOCKOUT, ErrorClass.QUOTA: ScaleUpOutcome.QUOTA}
 
 
 def scale_up_failed(st: RequestState, failures: Sequence[Failure], ctx: Context) -> list[str]:
-    """Every unit was released: back the failed pools off and send the request back to planning. Returns the
-    pools backed off."""
+    """Every unit was released: back the failed pools off, record each failed pool's outcome once (a pool's
+    failed release after its failed obtain is the same scale-up; pools whose step succeeded record nothing: they
+    delivered, but nothing was made of it), and send the request back to planning. Returns the pools backed
+    off."""
     now = ctx.now
-    parts, backed_off = [], []
+    parts, backed_off, judged = [], [], set()
     for failure in failures:
         error = failure.error
-        if error.pool in ctx.pools:
+        if error.pool not in ctx.pools:
+            parts.append(str(error))
+            continue
+        limit = ""
+        closed = ctx.unhealthy(error.pool)  # unhealthy already: closed until its cooldown ends, the backoff left alone
+        if closed is None:
             sized = error.error_class in SIZED
             until = ctx.backoffs.fail(error.pool, f"{error.error_class.value} ({error.code})", now,
                                       at_least=error.retry_after, asked=failure.asked if sized else None,
@@ -109,9 +137,12 @@ def scale_up_failed(st: RequestState, failures: Sequence[Failure], ctx: Context)
             left = ctx.backoffs.ceiling(error.pool, now, failure.held) or 0
             limit = (f"at most {left} more unit{'s' if left != 1 else ''} of it until {rfc3339(until)}" if left
                      else f"not used until {rfc3339(until)}")
-            parts.append(f"pool {error.pool}: {error.error_class.value} ({error.code}: {error.message}); {limit}")
-        else:
-            parts.append(str(error))
+        again = error.pool in judged
+        verdict = closed if again else ctx.scale_up_outcome(error.pool, failure.outcome)
+        judged.add(error.pool)
+        limit = ("" if again else verdict.message) if verdict is not None else limit  # a verdict is said once
+        parts.append(f"pool {error.pool}: {error.error_class.value} ({error.code}: {error.message})"
+                     + (f"; {limit}" if limit else ""))
     permanent = all(f.error.error_class is ErrorClass.PERMANENT for f in failures)
     message = ("scale-up failed and every unit it obtained was released: " + "; ".join(parts)
                + ("" if permanent else "; re-planning with the other pools"))

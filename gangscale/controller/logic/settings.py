@@ -44,6 +44,13 @@ class Settings:
     pool_backoff_initial: float = 3 * MINUTE
     pool_backoff_max: float = 30 * MINUTE
     pool_backoff_reset: float = 3 * HOUR
+    #: Pool health (:mod:`.poolhealth`): a pool whose failures among its last ``pool_health_window`` scale-ups
+    #: reach ``pool_unhealthy_ratio`` of the window is skipped for ``pool_unhealthy_cooldown``. Karpenter's NodePool
+    #: registration health uses 4 and 0.5; the cooldown is the cluster-autoscaler's longest node-group backoff.
+    #: A window of 0 turns it off.
+    pool_health_window: int = 4
+    pool_unhealthy_ratio: float = 0.5
+    pool_unhealthy_cooldown: float = 30 * MINUTE
     #: Attempts of one provider call under the same token when it fails transiently.
     provider_attempts: int = 5
     #: Status writes and provider calls running at once.
