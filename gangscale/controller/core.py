@@ -41,6 +41,7 @@ from gangscale.controller.tasks import Then
 from gangscale.controller.writer import StatusWriter
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
+from gangscale.model.tiers import tier_of_labels
 from gangscale.observe.metrics import Metrics
 from gangscale.retry import PROVIDER_CALL
 from gangscale.timefmt import rfc3339
@@ -232,6 +233,16 @@ class Core:
 
     def consumed(self, st: RequestState) -> Consumed | None:
         return self.sources[st.request.source].consumed(st)
+
+    def node_tier(self, name: str) -> str:
+        info = self.view.nodes.get(name)
+        pool = self.pools.get(info.pool) if info is not None and info.pool is not None else None
+        if pool is not None:
+            return pool.capacity_type
+        return tier_of_labels(info.state.labels) if info is not None else ""
+
+    def gang_nodes(self, st: RequestState) -> set[str]:
+        return {pod.node for pod in self.view.consumers.get(st.key, {}).values()}
 
     # -- indices: what a change touched -----------------------------------------------------------------------------
 

@@ -149,6 +149,10 @@ def apply_changes(core: Core, changes: Changes) -> None:
         core.queue.mark_all(owner[c] for c in touched.claims if c in owner)
         core.queue.mark_all(core.index.booked_on.get(name, ()))
         core.removals.idle.mark(touched.units)
+        if node is not None and node.readiness.notice:
+            # The cloud is taking the node back: the requests whose gangs run there are told (reconcile.done).
+            on = core.view.pods_on.get(name, {}).values()
+            core.queue.mark_all({pod.consumes for pod in on if pod.consumes in core.states})
     touched = core.view.apply_pods(changes.pods)
     core.queue.mark_all(k for k in touched.consumers if k in core.states)
     core.removals.idle.mark(touched.units)

@@ -68,6 +68,7 @@ from gangscale.kube.errors import ApiError
 from gangscale.model.gang import Gang
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
+from gangscale.model.resources import ResourceList
 from gangscale.observe.metrics import Metrics
 from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, ErrorClass, Obtained, ProviderError, Unit
 from gangscale.timefmt import rfc3339
@@ -104,6 +105,8 @@ class TableSource:
         self.gangs: dict[str, Gang | Exception] = {}
         #: What ``consumed`` answers per request (the source's say on whether its pods have arrived).
         self.consumed_as: dict[str, Consumed] = {}
+        #: Events the writer recorded (the Provisioned ones aside).
+        self.told: list[tuple[str, str, str]] = []
 
     async def start(self) -> list[Any]:
         return []
@@ -142,7 +145,8 @@ class TableSource:
     def next_wake(self) -> float | None:
         return None
 
-    def note_events(self, st: RequestState, events: Sequence[tuple[str, str, str]]) -> None: ...
+    def note_events(self, st: RequestState, events: Sequence[tuple[str, str, str]]) -> None:
+        self.told += [event for event in events if event[1] != "Provisioned"]
 
     def forgotten(self, key: str) -> None: ...
 
@@ -150,6 +154,8 @@ class TableSource:
 
 
 TABLES: list[Table] = []
+#: A consumer pod's requests.
+C_RESOURCES = ResourceList.parse({"cpu": "4"})
 
 
 @pytest.fixture(autouse=True)
@@ -190,7 +196,8 @@ class Table:
                                            pods=pods, provisioned_when_requested=on_request, may_scale=may_scale))
         self.source.gangs[key] = gang(key, pod_set("w", pods, requests or {"cpu": cpu}))
 
-    def run(self, at: float = 0.0, nodes: dict[str, dict[str, Any] | None] | None = None) -> list[str]:
+    def run(self, at: float = 0.0, nodes: dict[str, dict[str, Any] | None] | None = None,
+            pods: dict[tuple[str, str], PodInfo | None] | None = None) -> list[str]:
         """A pass at NOW + ``at``: the results waiting, the node changes given; returns the effects' names. Status
         writes of the last pass that the test did not answer landed."""
         self.clock.at = NOW + at
@@ -204,7 +211,7 @@ class Table:
         results, self.results = self.results, []
         records = {name: None if obj is None else self.core.view.node_record(obj)
                    for name, obj in (nodes or {}).items()}
-        self.effects = run_pass(self.core, Changes(nodes=records), results, NOW + at)
+        self.effects = run_pass(self.core, Changes(nodes=records, pods=pods or {}), results, NOW + at)
         return sorted(e.name for e in self.effects)
 
     def answer(self, name: str, result: Any) -> None:
@@ -413,6 +420,57 @@ def test_a_booked_node_removed_revokes_the_booking() -> None:
     t.run(1, nodes={"n1": None})
     revoked = t.st("ns/a").conditions[C.CAPACITY_REVOKED]
     assert (revoked.status, revoked.reason) == ("True", C.R_NODE_REMOVED)
+
+
+@pytest.mark.parametrize(("change", "reclaimed"), [
+    pytest.param({"message": "node is shutting down", "status": "False"}, True, id="kubelet-graceful-shutdown"),
+    pytest.param({"taint": "cloud.google.com/impending-node-termination"}, True, id="termination-handler-taint"),
+    pytest.param({"message": "container runtime is down", "status": "False"}, False, id="other-not-ready"),
+])
+def test_a_booked_node_the_cloud_takes_back_revokes_the_booking_at_once(change: dict[str, str],
+                                                                       reclaimed: bool) -> None:
+    t = Table()
+    booked_on_one_node(t)
+    t.core.mark("ns/a")
+    t.run(0.5)
+    going = node("n1", ready=change.get("status") != "False", since=NOW + 1)
+    if "message" in change:
+        going["status"]["conditions"][0]["message"] = change["message"]
+    if "taint" in change:
+        going["spec"] = {"taints": [{"key": change["taint"], "effect": "NoSchedule"}]}
+    t.run(1, nodes={"n1": going})
+    revoked = t.st("ns/a").conditions.get(C.CAPACITY_REVOKED)
+    if not reclaimed:
+        assert revoked is None  # a node merely not Ready has the unready grace (test below)
+        return
+    assert revoked is not None and (revoked.status, revoked.reason) == ("True", C.R_NODE_RECLAIMED)
+    notice = change.get("message") or f"tainted {change['taint']}"
+    assert revoked.message == (f"the cloud is taking back booked on-demand node n1 ({notice}) before every pod was "
+                               "scheduled; 1 of the 1 booked nodes will be gone")
+    assert t.source.told == [("Warning", "CapacityRevoked", revoked.message)]
+
+
+def test_a_running_gang_is_told_once_of_each_node_the_cloud_takes_back() -> None:
+    """Its pods run on n1 (booked) and n2 (not: the scheduler put one there); n2 is reclaimed."""
+    t = Table()
+    booked_on_one_node(t)
+    t.source.consumed_as["ns/a"] = Consumed(C.M_BOOKING_CONSUMED)
+    t.run(1, nodes={"n2": node("n2")}, pods={("ns", "a-0"): PodInfo("n1", C_RESOURCES, False, "ns/a"),
+                                              ("ns", "a-1"): PodInfo("n2", C_RESOURCES, False, "ns/a")})
+    assert t.st("ns/a").true(C.BOOKING_EXPIRED)
+    t.run(1.5)  # its write lands: nothing else brings the request up again
+    assert "write ns/a" not in t.run(1.7)
+    going = node("n2", ready=False, since=NOW + 2)
+    going["status"]["conditions"][0]["message"] = "node is shutting down"
+    t.source.told.clear()
+    t.run(2, nodes={"n2": going})
+    assert t.source.told == [("Warning", "NodeReclaimed", "the cloud is taking back on-demand node n2 (node is "
+                                                          "shutting down), where the gang runs: 1 of its 2 nodes will "
+                                                          "be gone")]
+    assert not t.st("ns/a").true(C.CAPACITY_REVOKED)  # the booking is over: nothing to revoke
+    t.core.mark("ns/a")
+    t.run(3)
+    assert len(t.source.told) == 1  # told once
 
 
 def test_provision_timeout_releases_the_scale_up_and_waits_for_the_release() -> None:

@@ -37,6 +37,9 @@ R_BOOKING_TIME_EXPIRED = "CapacityReservationTimeExpired"
 R_BOOKING_CONSUMED = "CapacityBookingConsumed"
 R_NODE_REMOVED = "BookedNodeRemoved"
 R_NODE_NOT_READY = "BookedNodeNotReady"
+#: A booked node the cloud is taking back (a spot VM's preemption notice: the kubelet's graceful shutdown, or a
+#: termination handler's taint), before it is gone.
+R_NODE_RECLAIMED = "BookedNodeReclaimed"
 #: gangscale's own: a step of gangscale raised on this request (:mod:`gangscale.controller.logic.isolation`).
 R_RECONCILE_ERROR = "ReconcileError"
 

@@ -51,6 +51,14 @@ class World(Protocol):
         """Whether the request's pods have arrived (source-specific: consumer pods, Ray replicas on nodes)."""
         ...
 
+    def node_tier(self, name: str) -> str:
+        """The node's capacity tier (its pool's, else what its labels say; :mod:`gangscale.model.tiers`)."""
+        ...
+
+    def gang_nodes(self, st: RequestState) -> set[str]:
+        """The nodes the request's consumer pods are bound to (its gang, running)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Release:
@@ -216,6 +224,8 @@ def booked(st: RequestState, ctx: Context, acts: Actions) -> None:
         return
     if st.booking:
         st.booking_seen |= {node for node in st.booking if ctx.world.node_present(node)}
+    if reclaim_revokes(st, ctx, acts):
+        return
     # Seeded at a restart with the nodes of the request's scale-up (``Controller.recover_booked``).
     lost = sorted(node for node in st.booking_seen if not ctx.world.node_present(node))
     if lost:
@@ -311,7 +321,56 @@ def abandon(st: RequestState, nodes: Sequence[str], why: str, event: str, now: f
     st.event(WARNING, event, why)
 
 
+def reclaim_revokes(st: RequestState, ctx: Context, acts: Actions) -> bool:
+    """A booked node the cloud is taking back (a spot reclaim's notice) revokes the booking at once, with the cause:
+    the node will be gone within seconds (30 on GCE), and the gang could not run whole on what is left."""
+    taken = going_away(ctx.world, sorted(st.booking or ()))
+    if not taken:
+        return False
+    message = (f"the cloud is taking back booked {described(taken)} before every pod was scheduled; "
+               f"{len(taken)} of the {len(st.booking or ())} booked nodes will be gone")
+    st.set(C.CAPACITY_REVOKED, True, C.R_NODE_RECLAIMED, message, rfc3339(ctx.now))
+    st.event(WARNING, "CapacityRevoked", message)
+    acts.capacity_freed = True
+    return True
+
+
+def going_away(world: World, nodes: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(node, tier, notice) for each of ``nodes`` that says it is about to go away (:attr:`Readiness.notice`)."""
+    found = []
+    for node in nodes:
+        readiness = world.node_readiness(node)
+        if readiness is not None and readiness.notice:
+            found.append((node, world.node_tier(node), readiness.notice))
+    return found
+
+
+def described(reclaimed: Sequence[tuple[str, str, str]]) -> str:
+    """"spot node n1 (node is shutting down)", "spot nodes n1, n2 (...)": what is being reclaimed, and the signal."""
+    tiers = sorted({tier for _, tier, _ in reclaimed})
+    names = ", ".join(node for node, _, _ in reclaimed[:10]) + (f" and {len(reclaimed) - 10} more"
+                                                                 if len(reclaimed) > 10 else "")
+    notices = "; ".join(sorted({notice for _, _, notice in reclaimed}))
+    return f"{'/'.join(tiers)} node{'s' if len(reclaimed) > 1 else ''} {names} ({notices})"
+
+
+def report_reclaims(st: RequestState, ctx: Context) -> None:
+    """A running gang whose nodes the cloud is taking back (a spot reclaim): one Warning Event per node, naming what
+    is lost, so the job's owner learns why the gang stalls. The booking is over (the pods arrived), so nothing is
+    revoked: Kueue's workload runs, or fails, on its own."""
+    gang = ctx.world.gang_nodes(st)
+    if not gang:
+        return
+    fresh = going_away(ctx.world, sorted(gang - st.reclaims_told))
+    if not fresh:
+        return
+    st.reclaims_told.update(node for node, _, _ in fresh)
+    st.event(WARNING, "NodeReclaimed", f"the cloud is taking back {described(fresh)}, where the gang runs: "
+                                       f"{len(fresh)} of its {len(gang)} nodes will be gone")
+
+
 def done(st: RequestState, ctx: Context, acts: Actions) -> None:
+    report_reclaims(st, ctx)
     if not ctx.settings.terminal_ttl or not st.request.deletable:
         return
     times = [parse_rfc3339(c.last_transition) or ctx.now for t, c in st.conditions.items()

@@ -118,6 +118,9 @@ class RequestState:
     ready_seen: set[str] = field(default_factory=set)
     #: When the first booked node that is still unready lost its readiness (None: every booked node is Ready).
     unready_since: float | None = None
+    #: Nodes of the request's running gang already reported as being reclaimed (one Event each; kept in memory, so
+    #: a restart may tell one again).
+    reclaims_told: set[str] = field(default_factory=set)
     #: Passes in a row in which a step of gangscale raised on this request, and when it is tried again
     #: (:mod:`~gangscale.controller.logic.isolation`).
     failures: int = 0
