@@ -493,6 +493,26 @@ def test_provision_timeout_releases_the_scale_up_and_waits_for_the_release() -> 
     assert not t.core.ledger.releasing("ns/a")
 
 
+def test_a_new_node_the_cloud_takes_back_releases_the_scale_up_at_once() -> None:
+    """Not at the provisioning deadline: the node will not come back, and the rest of the gang's units wait."""
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, max_node_provision_time=900.0))
+    t.request("ns/a", pods=2, cpu="12")
+    t.run()
+    t.answer("scale-up ns/a", obtained(t, "ns/a"))
+    t.run(1)
+    coming = new_nodes(t, "ns/a", ready=False)
+    t.run(2, nodes=coming)
+    first = sorted(coming)[0]
+    going = dict(coming[first] or {})
+    going["status"] = {**going["status"], "conditions": [{"type": "Ready", "status": "False",
+                                                          "message": "node is shutting down"}]}
+    assert t.run(30, nodes={first: going}) == ["release ns/a", "write ns/a"]
+    message = t.st("ns/a").conditions[C.PROVISIONED].message
+    assert message.startswith(f"the cloud is taking back new on-demand node {first} (node is shutting down) before "
+                              "every new node was Ready; every unit of the scale-up is released")
+    assert ("Warning", "ScaleUpReclaimed", message) in t.source.told
+
+
 @pytest.mark.parametrize("failure", [
     NotLeader("this process does not hold the leader lease: no provider call"),
     ProviderError(ErrorClass.TRANSIENT, "UNAVAILABLE", "try again", pool="gpu"),

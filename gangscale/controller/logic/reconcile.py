@@ -278,6 +278,12 @@ def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
                "request re-planned once they are gone")
         abandon(st, nodes, why, "ScaleUpIncomplete", ctx.now, acts)
         return
+    if taken := going_away(ctx.world, nodes):
+        # A new spot node reclaimed while the others come up: waiting out the provisioning deadline for it is waste.
+        why = (f"the cloud is taking back new {described(taken)} before every new node was Ready; every unit of "
+               "the scale-up is released and the request re-planned once they are gone")
+        abandon(st, nodes, why, "ScaleUpReclaimed", ctx.now, acts)
+        return
     ready = [name for name in nodes if ctx.world.node_ready(name)]
     st.ready_seen.update(ready)
     if len(ready) == len(nodes):
