@@ -50,6 +50,9 @@ class World:
     consumed_as: Consumed | None = None
     #: Ready conditions by node; a present node not named here is Ready=True/False by ``ready``, with no time.
     readiness: dict[str, Readiness] = field(default_factory=dict)
+    tiers: dict[str, str] = field(default_factory=dict)
+    #: The nodes the request's consumer pods run on.
+    gang: set[str] = field(default_factory=set)
 
     def node_present(self, name: str) -> bool:
         return name in self.present
@@ -64,6 +67,12 @@ class World:
 
     def consumed(self, st: RequestState) -> Consumed | None:
         return self.consumed_as
+
+    def node_tier(self, name: str) -> str:
+        return self.tiers.get(name, "on-demand")
+
+    def gang_nodes(self, st: RequestState) -> set[str]:
+        return set(self.gang)
 
 
 def state(**changes: Any) -> RequestState:
