@@ -31,6 +31,7 @@ from gangscale.controller.logic.indices import RequestIndex
 from gangscale.controller.logic.ledger import Ledger
 from gangscale.controller.logic.poolhealth import PoolHealth, ScaleUpOutcome, Unhealthy
 from gangscale.controller.logic.reconcile import Consumed, Release, carried_over
+from gangscale.controller.logic.record import RELEASING
 from gangscale.controller.logic.request import Phase, Request, RequestState, phase
 from gangscale.controller.logic.settings import Settings
 from gangscale.controller.logic.view import ClusterView, Readiness
@@ -241,6 +242,9 @@ class Core:
             return pool.capacity_type
         return tier_of_labels(info.state.labels) if info is not None else ""
 
+    def claims_gone(self, tokens: Sequence[str]) -> bool:
+        return not any(self.view.by_claim.get(self.view.claim(token)) for token in tokens)
+
     def gang_nodes(self, st: RequestState) -> set[str]:
         return {pod.node for pod in self.view.consumers.get(st.key, {}).values()}
 
@@ -332,8 +336,10 @@ class Core:
         self.touch_nodes(release.nodes)
         if st.deleted:
             return
-        # Only the record of the scale-up released here: the request may have been re-planned meanwhile.
-        if st.record is not None and set(st.record.tokens) <= {step.token for step in release.steps}:
+        # Only the record of the scale-up released here: the request may have been re-planned meanwhile. A releasing
+        # record stays until no node of it is left (reconcile.pending).
+        if st.record is not None and st.record.phase != RELEASING and \
+                set(st.record.tokens) <= {step.token for step in release.steps}:
             st.record, st.obtained = None, {}
             self.index.index(st)
         self.queue.mark(st.key)

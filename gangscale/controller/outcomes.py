@@ -120,7 +120,7 @@ def _settled(core: Core, st: RequestState, record: Record, result: ScaledUp, now
     if result.failures:
         failures = [Failure(error, _asked(record, error.pool), _held_units(core, error.pool, st.key))
                     for error in result.failures]
-        st.record = None
+        st.record = record
         core.ledger.rolled_back(map(core.view.claim, record.tokens), now)
         for pool in scale_up_failed(st, failures, ctx):
             core.metrics.backoff(pool, next(f.error.error_class.value for f in failures if f.error.pool == pool))

@@ -5,7 +5,8 @@
   otherwise the request goes back to planning and whatever is left is released;
 - a Provisioned request counts every node of its scale-up as a booked node seen, so one removed while
   gangscale was down revokes the booking;
-- units still coming up for a token no request recorded (its request was deleted meanwhile) are released.
+- units still coming up for a token no request recorded (its request was deleted meanwhile) are released;
+- a scale-up an earlier leader was handing back (``releasing``) is released again, and its request waits for it.
 
 An ``obtaining`` intent needs nothing here: the first pass resumes it with its own tokens.
 """
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from gangscale.controller.actuator import NotLeader
 from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.reconcile import Release, node_names
-from gangscale.controller.logic.record import OBTAINED
+from gangscale.controller.logic.record import OBTAINED, RELEASING
 from gangscale.controller.logic.request import Phase, RequestState, phase
 from gangscale.controller.logic.verify import scale_up_problems
 from gangscale.controller.logic.view import ClusterView
@@ -39,7 +40,11 @@ async def recover_intents(states: Iterable[RequestState], lookup: Lookup, pools:
     for st in sorted(states, key=lambda s: s.key):
         if st.record is None:
             continue
-        if phase(st) is Phase.BOOKED:
+        if st.record.phase == RELEASING:
+            release = await _resume_release(st, lookup)
+            if release is not None:
+                releases.append(release)
+        elif phase(st) is Phase.BOOKED:
             await _recover_booked(st, lookup)
         elif phase(st) is Phase.PROVISIONING and st.record.phase == OBTAINED:
             release = await _recover_obtained(st, lookup, pools, now)
@@ -62,8 +67,20 @@ async def _recover_obtained(st: RequestState, lookup: Lookup, pools: Mapping[str
            "released the rest and re-planning")
     st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(now))
     release = Release(st, st.record.steps, tuple(node_names(st)), why)
-    st.record, st.obtained = None, {}
+    st.record, st.obtained = st.record.with_phase(RELEASING), {}
     return release
+
+
+async def _resume_release(st: RequestState, lookup: Lookup) -> Release | None:
+    """A scale-up an earlier leader was handing back: its release again (idempotent: units gone or going count as
+    released), and the request waits until no node of it is left (``reconcile.pending``)."""
+    assert st.record is not None
+    found = [got for step in st.record.steps if (got := await lookup(step.token)) is not None]
+    if not found:
+        return None  # nothing of it is left at the provider
+    nodes = [name for got in found for name in got.node_names]
+    return Release(st, st.record.steps, tuple(nodes), "resuming the release of a scale-up an earlier leader was "
+                                                       "handing back")
 
 
 async def _recover_booked(st: RequestState, lookup: Lookup) -> None:

@@ -11,7 +11,7 @@ import pytest
 from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.backoffs import PoolBackoffs
 from gangscale.controller.logic.reconcile import Consumed, Context
-from gangscale.controller.logic.record import OBTAINED, Record, Step
+from gangscale.controller.logic.record import OBTAINED, RELEASING, Record, Step
 from gangscale.controller.logic.request import Phase, Request, RequestState, phase
 from gangscale.controller.logic.scaleup import Failure, scale_up_failed
 from gangscale.controller.logic.settings import Settings
@@ -89,7 +89,9 @@ def test_scale_up_failed(case: FailCase) -> None:
     backed = scale_up_failed(st, case.failures, context)
     assert backed == list(case.backed_off)
     assert {name: (b.until, b.ceiling) for name, b in context.backoffs.active(NOW).items()} == case.backed_off
-    assert (st.record, st.obtained, st.retry_at) == (None, {}, case.retry_at)
+    # Its units are released; the record stays, releasing, until none of their nodes is left (reconcile.pending).
+    assert st.record is not None and st.record.phase == RELEASING
+    assert (st.obtained, st.retry_at) == ({}, case.retry_at)
     cond = st.conditions[C.PROVISIONED]
     assert (cond.status, cond.reason) == ("False", C.R_NOT_FOUND)
     assert cond.message.startswith("scale-up failed and every unit it obtained was released: ")

@@ -22,7 +22,7 @@ from typing import Any
 from gangscale.controller.demand.protocol import Host
 from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.reconcile import Consumed
-from gangscale.controller.logic.record import DETAIL_KEY, POOL_DETAIL_KEY, from_status
+from gangscale.controller.logic.record import DETAIL_KEY, POOL_DETAIL_KEY, RELEASING, from_status
 from gangscale.controller.logic.request import Request, RequestState, owned_from
 from gangscale.controller.logic.view import PodInfo
 from gangscale.kube.errors import ApiError
@@ -300,7 +300,7 @@ def status_body(st: RequestState) -> JSON:
     status: JSON = {"conditions": st.owned_conditions()}
     if st.record is not None:
         details = {DETAIL_KEY: st.record.to_detail()}
-        if (pool := st.record.single_pool) is not None:
+        if (pool := st.record.single_pool) is not None and st.record.phase != RELEASING:
             details[POOL_DETAIL_KEY] = pool
         status["provisioningClassDetails"] = details
     return status

@@ -16,7 +16,7 @@ from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.backoffs import PoolBackoffs
 from gangscale.controller.logic.bookings import planned_booking
 from gangscale.controller.logic.poolhealth import PoolHealth, ScaleUpOutcome, Unhealthy
-from gangscale.controller.logic.record import OBTAINED, OBTAINING, Record, Step
+from gangscale.controller.logic.record import OBTAINED, OBTAINING, RELEASING, Record, Step
 from gangscale.controller.logic.request import Phase, RequestState, phase
 from gangscale.controller.logic.settings import Settings
 from gangscale.controller.logic.verify import scale_up_problems
@@ -57,6 +57,10 @@ class World(Protocol):
 
     def gang_nodes(self, st: RequestState) -> set[str]:
         """The nodes the request's consumer pods are bound to (its gang, running)."""
+        ...
+
+    def claims_gone(self, tokens: Sequence[str]) -> bool:
+        """No node of the units made under these tokens is left in the view."""
         ...
 
 
@@ -203,6 +207,10 @@ def pending(st: RequestState, ctx: Context) -> bool:
         st.set(C.FAILED, True, C.R_EXPIRED, message, stamp)
         st.event(WARNING, "Expired", message)
         return False
+    if st.record is not None and st.record.phase == RELEASING:
+        if not ctx.world.claims_gone(st.record.tokens):
+            return False  # planned beside the units it hands back, it could hold twice the nodes it needs
+        st.record = None
     return st.retry_at is None or now >= st.retry_at
 
 
@@ -322,7 +330,7 @@ def abandon(st: RequestState, nodes: Sequence[str], why: str, event: str, now: f
     """Release every unit of the recorded scale-up and send the request back to planning."""
     assert st.record is not None
     acts.release.append(Release(st, st.record.steps, tuple(nodes), why))
-    st.record, st.obtained, st.ready_seen = None, {}, set()
+    st.record, st.obtained, st.ready_seen = st.record.with_phase(RELEASING), {}, set()
     st.set(C.PROVISIONED, False, C.R_NOT_FOUND, why, rfc3339(now))
     st.event(WARNING, event, why)
 

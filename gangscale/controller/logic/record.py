@@ -6,9 +6,10 @@ user what is happening. Each step carries the idempotency token the provider is 
 calling ``obtain`` again with the same token returns the same units instead of creating more.
 
 Phases: ``obtaining`` (written before the first provider call), ``obtained`` (every unit granted; waiting
-for the nodes to be Ready). The record stays after ``Provisioned=True`` so the booked units stay known. When the
-cloud deletes the units by itself at the end of a run duration (GKE flex-start and queued provisioning), the
-``obtained`` record says when (``reclaim``), so a restarted process still ends the booking then.
+for the nodes to be Ready), ``releasing`` (being handed back; see :data:`RELEASING`). The record stays after
+``Provisioned=True`` so the booked units stay known. When the cloud deletes the units by itself at the end of a run
+duration (GKE flex-start and queued provisioning), the ``obtained`` record says when (``reclaim``), so a restarted
+process still ends the booking then.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ DETAIL_KEY = "gangscale.io/scale-up"
 POOL_DETAIL_KEY = "gangscale.io/node-pool"
 OBTAINING = "obtaining"
 OBTAINED = "obtained"
+#: Every unit of the scale-up is being handed back (it timed out, failed, or was found broken): the request is
+#: planned again only once no node of it is left, and a process that takes over resumes the release. Without it a
+#: new leader took the units of a released scale-up for orphans and re-planned the request while their VMs were
+#: still being deleted (found by hack/chaos.py, seed 11109: a gang with two nodes alive at once).
+RELEASING = "releasing"
 
 
 @dataclass(frozen=True, slots=True)

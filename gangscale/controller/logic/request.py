@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from gangscale.controller.logic import conditions as C
+from gangscale.controller.logic import record as rec
 from gangscale.controller.logic.bookings import Booked
 from gangscale.controller.logic.record import Record
 from gangscale.model.decision import Decision
@@ -176,6 +177,8 @@ def phase(state: RequestState) -> Phase:
             return Phase.DONE
         case _ if state.true(C.PROVISIONED):
             return Phase.BOOKED
+        case RequestState(record=Record(phase=rec.RELEASING)):
+            return Phase.PENDING  # its units are being handed back: planned again once they are gone
         case RequestState(record=Record()):
             return Phase.PROVISIONING
         case _:

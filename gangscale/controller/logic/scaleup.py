@@ -23,7 +23,7 @@ from gangscale.controller.logic.reconcile import (
     retry_delay,
     steps_text,
 )
-from gangscale.controller.logic.record import OBTAINED, OBTAINING, Record, Step, step_token
+from gangscale.controller.logic.record import OBTAINED, OBTAINING, RELEASING, Record, Step, step_token
 from gangscale.controller.logic.request import RequestState
 from gangscale.controller.logic.settings import Settings
 from gangscale.model.decision import Decision, Outcome
@@ -146,7 +146,10 @@ def scale_up_failed(st: RequestState, failures: Sequence[Failure], ctx: Context)
     permanent = all(f.error.error_class is ErrorClass.PERMANENT for f in failures)
     message = ("scale-up failed and every unit it obtained was released: " + "; ".join(parts)
                + ("" if permanent else "; re-planning with the other pools"))
-    st.record, st.obtained = None, {}
+    # What the actuator obtained before the failure it released already; its nodes may linger (a VM's deletion
+    # takes a while after the call returns): the request is planned again once they are gone (record.RELEASING).
+    st.record = st.record.with_phase(RELEASING) if st.record is not None else None
+    st.obtained = {}
     st.set(C.PROVISIONED, False, C.R_NOT_FOUND, message, rfc3339(now))
     st.event(WARNING, "ScaleUpFailed", message)
     st.retry_at = now + retry_delay(1, ctx.settings) if permanent else None
