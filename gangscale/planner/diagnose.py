@@ -254,7 +254,7 @@ def diagnose(state: ClusterState, compat: Compatibility, search: GangSearch) -> 
     if not search.gang.may_scale:
         return _no_scale_reasons(search) + tuple(_spread_reasons(search))
     pools = [state.pool_states[name] for name in sorted(state.pool_states)
-             if search.tiers is None or state.pool_states[name].pool.capacity_type in search.tiers]
+             if search.all_tiers is None or state.pool_states[name].pool.capacity_type in search.all_tiers]
     per_pool = [reason for pool in pools if (reason := _pool_reason(state, compat, search, pool)) is not None]
     reasons = _gang_reasons(search, per_pool) + _spread_reasons(search) + _merge_alike(per_pool)
     if not reasons:

@@ -51,7 +51,7 @@ def plan_gang(state: ClusterState, compat: Compatibility, policy: Policy, gang: 
     state.lend_bookings(gang.key)
     reasons: list[PoolReason] = []
     for allowed in attempts:
-        search = GangSearch(state, compat, policy, gang, allowed)
+        search = GangSearch(state, compat, policy, gang, allowed, loose=frozenset(opening.open))
         packing = search.run()
         if packing is not None:
             tier = next(iter(allowed)) if len(allowed) == 1 and len(present) > 1 else ""

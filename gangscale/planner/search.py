@@ -31,6 +31,7 @@ from gangscale.model.decision import Cost
 from gangscale.model.gang import Gang
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
+from gangscale.model.quantity import is_extended
 from gangscale.model.resources import CPU
 from gangscale.planner.compat import Compatibility
 from gangscale.planner.pack import (
@@ -106,23 +107,37 @@ class GangSearch:
     """Plans one gang against the current :class:`ClusterState`; see the module docstring."""
 
     def __init__(self, state: ClusterState, compat: Compatibility, policy: Policy, gang: Gang,
-                 tiers: frozenset[str] | None = None) -> None:
+                 tiers: frozenset[str] | None = None, loose: frozenset[str] | None = None) -> None:
         self.state, self.compat, self.policy, self.gang = state, compat, policy, gang
-        #: The capacity tiers this search may use (pools and existing nodes); None: every tier.
+        #: The capacity tiers this search may use (pools and existing nodes) for pod sets that ask for accelerators;
+        #: None: every tier. Pod sets that ask for none (a CPU head, a launcher) may use ``loose`` as well: the tier
+        #: keeps the accelerator nodes of a gang together, and a head on on-demand CPU beside spot or flex-start
+        #: workers is what users run (:mod:`gangscale.model.tiers`).
         self.tiers = tiers
         self.dims, self.groups = build_groups(gang)
+        accelerated = any(map(self._needs_accelerators, self.groups))  # a CPU-only gang is kept whole too
+        self.group_tiers = [tiers if tiers is None or not accelerated or self._needs_accelerators(group)
+                            else tiers | (loose or tiers) for group in self.groups]
+        every = [t for t in self.group_tiers if t is not None]
+        #: Every tier some pod set may use (None: every tier).
+        self.all_tiers: frozenset[str] | None = frozenset().union(*every) if len(every) == len(self.groups) else None
         self.shortfalls: list[ZoneShortfall] = []
         self.spread = (GangSpread(state, compat, self.groups) if any(g.demand.spread for g in self.groups)
                        else None)
         #: Why plans were rejected by the spread check (distinct messages, in the order met).
         self.spread_misses: dict[str, None] = {}
         self._candidates: dict[tuple[str | None, int], Lazy] = {}
-        self.pools = [s for s in state.available_pools() if tiers is None or s.pool.capacity_type in tiers] \
-            if gang.may_scale else []
+        self.pools = [s for s in state.available_pools()
+                      if self.all_tiers is None or s.pool.capacity_type in self.all_tiers] if gang.may_scale else []
         available = [s.pool for s in self.pools]
-        self.pool_ok: list[list[NodePool]] = [compat.usable_pools(group.demand, available) for group in self.groups]
+        self.pool_ok: list[list[NodePool]] = [
+            compat.usable_pools(group.demand, [p for p in available if allowed is None or p.capacity_type in allowed])
+            for group, allowed in zip(self.groups, self.group_tiers, strict=True)]
         used = {pool.name: pool for pools in self.pool_ok for pool in pools}
         self.pool_vecs = {name: [pool.allocatable.get(dim) for dim in self.dims] for name, pool in used.items()}
+
+    def _needs_accelerators(self, group: Group) -> bool:
+        return any(need and is_extended(name) for name, need in zip(self.dims, group.vec, strict=True))
 
     # -- zones ------------------------------------------------------------------------------------------
 
@@ -150,7 +165,8 @@ class GangSearch:
         streams = []
         for z in zones:
             for shape, members in state.zone_shapes[z].items():
-                if self.tiers is not None and state.shape_tier(shape, members[0]) not in self.tiers:
+                allowed = self.group_tiers[group.index]
+                if allowed is not None and state.shape_tier(shape, members[0]) not in allowed:
                     continue
                 if not demand.names_nodes and not self.compat.node_ok(demand, state.nodes[members[0]], shape):
                     continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gangscale.model.decision import Outcome, ReasonCode
-from gangscale.model.nodepool import ZONE_LABEL, NodePool
+from gangscale.model.nodepool import POOL_LABEL, ZONE_LABEL, NodePool
 from gangscale.model.policy import Policy
 from gangscale.model.tiers import (
     FLEX_START,
@@ -22,7 +22,7 @@ from gangscale.model.tiers import (
 )
 from gangscale.planner import plan, summarize
 from gangscale.planner.diagnose import when
-from tests.planner.builders import GPU_NODE, H100, gang, node, pod_set, pool, snapshot, state
+from tests.planner.builders import CPU_NODE, GPU_NODE, H100, gang, node, pod_set, pool, snapshot, state
 
 NOW = 1_700_000_000.0
 SPOT_FIRST = TierPolicy((SPOT, ON_DEMAND))
@@ -211,3 +211,20 @@ def test_a_wait_must_be_for_a_tier_of_the_order() -> None:
     with pytest.raises(TierError, match="waits given for tiers not in the order"):
         TierPolicy((SPOT,), wait={ON_DEMAND: 60})
 
+
+
+def test_a_cpu_head_may_stay_on_demand_beside_spot_workers() -> None:
+    """Tiers keep a gang's accelerator nodes together; a pod set without accelerators (a Ray head, a launcher) may
+    use any tier the gang's policy has open."""
+    head_pool = pool("cpu", CPU_NODE, tier=ON_DEMAND)
+    pools = [head_pool, gpu_pool("spot", SPOT)]
+    head = pod_set("head", 1, {"cpu": "8"}, selector={POOL_LABEL: "cpu"})  # the head runs on the CPU pool
+    decision, = plan(snapshot(pools), [gang("ns/ray", head, workers(2), tiers=SPOT_FIRST)], NOW)
+    assert decision.outcome is Outcome.SCALE_UP and decision.tier == SPOT
+    assert steps(decision) == {"cpu": 1, "spot": 2}
+
+
+def test_a_cpu_only_gang_is_kept_in_one_tier() -> None:
+    pools = [pool("cpu-spot", CPU_NODE, tier=SPOT, max_units=1), pool("cpu", CPU_NODE, tier=ON_DEMAND)]
+    decision, = plan(snapshot(pools), [gang("ns/batch", pod_set("w", 2, {"cpu": "12"}), tiers=SPOT_FIRST)], NOW)
+    assert steps(decision) == {"cpu": 2} and decision.tier == ON_DEMAND
