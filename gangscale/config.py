@@ -323,6 +323,9 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
     if spec.gke is not None:
         issues.extend(_gke_issues(spec, nodes_per_unit))
     capacity_type = _capacity_type(spec, issues)
+    if spec.simulated is not None and spec.simulated.reclaim is not None and capacity_type != SPOT:
+        # Reclaim is what spot means: a cloud takes back only spot (preemptible) VMs.
+        issues.append(("simulated.reclaim", f"is for a pool of capacityType spot; this one is {capacity_type}"))
     if issues:
         problems.extend(f"{where}.{name}: {message}" for name, message in issues)
         return None

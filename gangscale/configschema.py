@@ -76,12 +76,25 @@ class TaintSpec(_Strict):
         return effect
 
 
+class ReclaimSpec(_Strict):
+    """``simulated.reclaim``: the simulated cloud reclaims this spot pool's VMs (``gangscale.providers.simnodes``
+    ``Reclaims``). Every Ready node is reclaimed at ``perNodeHour`` (a Poisson process per node on the provider's
+    clock, drawn from ``seed``); a reclaimed node turns NotReady at the notice and is deleted ``noticeSeconds``
+    later (GKE's Spot VM notice: 30 s). Only on a pool of ``capacityType: spot`` (checked by
+    :mod:`gangscale.config`)."""
+
+    per_node_hour: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    notice_seconds: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    seed: int = 0
+
+
 class SimulatedSpec(_Strict):
     """The simulated provider's knobs. ``stock`` is units it can still hand out (None: unlimited).
 
     The fault knobs make a real ``gangscale run`` process's cloud misbehave (``hack/chaos.py`` uses them); they
     start the pool's :class:`~gangscale.providers.simfaults.PoolFaults` and, like those, counters count down from
     the process start: ``partialGrant`` is one-shot, ``lostResponses`` and ``transientErrors`` are the next N calls.
+    ``reclaim`` (spot pools) runs for the whole life of the process.
     """
 
     stock: int | None = Field(default=None, ge=0)
@@ -100,6 +113,8 @@ class SimulatedSpec(_Strict):
     transient_errors: int = Field(default=0, ge=0)
     #: Seconds every obtain and release waits before it does anything.
     latency_seconds: float = Field(default=0.0, ge=0)
+    #: Spot reclaims (spot pools only).
+    reclaim: ReclaimSpec | None = None
 
 
 #: How the ``gke`` provider grows a pool (see ``gangscale.providers.gke``): ``slice`` creates one GKE node pool per

@@ -4,14 +4,16 @@ against ``gangscale sim apiserver --control``, with the simulated cloud inside t
 ``gke`` provider against a fake GKE and Compute Engine (``gangscale.sim.gcp.FakeGcp``) in the harness process.
 
     python hack/chaos.py [--runs 20] [--seed 1] [--provider simulated|gke|both] [--jobs 1] [--fault-seconds 15]
-                         [--settle-guard 90] [--keep DIR] [--json FILE]
+                         [--settle-guard 90] [--reclaims|--no-reclaims] [--keep DIR] [--json FILE]
 
 Run *i* plays the schedule of seed ``seed + i`` (``chaoslib.plan``): gangs (ProvisioningRequests) created and
 deleted, replicas SIGKILLed, SIGTERMed and SIGSTOPped at chosen moments, API-server faults (500, 429 with
 Retry-After, 409, dropped and 410-expired watches, failed Lease writes, latency), and cloud faults: with the
 simulated provider in each replica start's pool file (stockout, partial grant, lost responses, transient errors,
-never-Ready nodes, latency); with gke in the fake cloud's knobs (stockouts, lost answers, 503, 429 with
-Retry-After and HTML 500 answers, slow operations, a slice with a host that never turns Ready, never-Ready VMs).
+never-Ready nodes, latency, and, unless ``--no-reclaims``, spot reclaims of the TPU and GPU pools, which are then
+spot capacity: a node turned NotReady by its notice and deleted a moment later); with gke in the fake cloud's knobs
+(stockouts, lost answers, 503, 429 with Retry-After and HTML 500 answers, slow operations, a slice with a host that
+never turns Ready, never-Ready VMs).
 ``--provider both`` takes gke for odd seeds. Then the faults stop, both replicas are rolled onto clean pool files,
 and the run waits until everything settles and checks the invariants of ``chaoslib.checks``. One line per run,
 then ``chaos: N/M runs clean``; exit status 1 if any run found a violation. Logs of a run with violations are kept
@@ -49,6 +51,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                              "processes mostly wait, so 2 on a 2-core machine halves a short campaign")
     parser.add_argument("--settle-guard", type=float, default=90.0,
                         help="how long the end state may take to settle before the run fails (default 90)")
+    parser.add_argument("--reclaims", action=argparse.BooleanOptionalAction, default=True,
+                        help="simulated runs: the TPU and GPU pools are spot and the cloud reclaims their nodes during "
+                             "the fault phase (default: on)")
     parser.add_argument("--keep", type=Path, default=None, help="keep every run's logs under this directory")
     parser.add_argument("--json", type=Path, default=None, help="write every run's figures here")
     return parser.parse_args(argv)
@@ -73,6 +78,7 @@ def totals(outcomes: list[Outcome]) -> str:
         faults = f"{total('cloud_faults')} cloud faults over {total('starts')} process starts"
         judged = f"{total('changes_judged')} changes judged ({total('late_after_pause')} late after a pause)"
         runs = ""
+    faults += f", {total('reclaims')} nodes reclaimed ({total('revoked')} requests revoked)"
     return (f"chaos totals: {runs}{total('gangs')} gangs ({total('deletes')} deleted), {total('kills')} SIGKILLs, "
             f"{total('terms')} SIGTERMs, {total('pauses')} SIGSTOPs, {total('api_faults_acted')} API fault hits "
             f"({total('api_faults')} faults), {faults}, {total('leaders')} leaderships, {judged}, "
@@ -89,7 +95,8 @@ async def campaign(args: argparse.Namespace) -> int:
                 else args.keep / f"seed-{seed}"
             workdir.mkdir(parents=True, exist_ok=True)
             outcome = await run_once(seed, workdir, provider=provider_of(seed, args.provider),
-                                     fault_seconds=args.fault_seconds, settle_guard=args.settle_guard)
+                                     fault_seconds=args.fault_seconds, settle_guard=args.settle_guard,
+                                     reclaims=args.reclaims)
         outcomes.append(outcome)
         print(outcome.line(), flush=True)
         for violation in outcome.violations:

@@ -104,9 +104,10 @@ async def serve(options: RunOptions) -> int:
         # (and the RBAC test) can tell its writes from the controller's.
         cloud_http = await connect(options.kubeconfig, options.context,
                                    user_agent("gangscale-simulated-cloud", options.lease))
-        # A dry run writes nothing to the cluster, the simulated kubelets' Leases and node status included.
+        # A dry run writes nothing to the cluster, the simulated kubelets' Leases and node status included, nor the
+        # simulated cloud's spot reclaims.
         provider = SimulatedProvider(cloud_http, options.pool_file.pools, clock, fence=fence,
-                                     heartbeats=not options.settings.dry_run)
+                                     heartbeats=not options.settings.dry_run, reclaims=not options.settings.dry_run)
     metrics = Metrics(dry_run=options.settings.dry_run)
     controller = Controller(http, provider, options.pool_file.pools, settings=options.settings,
                             policy=options.pool_file.policy, clock=clock, metrics=metrics, leader=elector, tune_gc=True)

@@ -14,7 +14,8 @@ A gang is placed whole in one tier (:class:`TierPolicy`): the planner tries the 
 first that can hold all of it now, so a 16-node job never runs 10 nodes on spot and 6 on-demand, where a reclaim of
 one spot node would stall all sixteen. The tier binds the pod sets that ask for accelerators; in a gang that has
 such pod sets, those that ask for none (a Ray head, a launcher) may use any tier the policy has open, so a CPU head
-on on-demand beside spot workers is one gang, as users run it. A gang without accelerators is kept in one tier. A policy may allow mixing (``mix``); then the gang's open tiers are one
+on on-demand beside spot workers is one gang, as users run it. A gang without accelerators is kept in one tier.
+A policy may allow mixing (``mix``); then the gang's open tiers are one
 search, ranked by the planner's cost as before. ``wait`` keeps later tiers closed for a while: ``spot`` with a wait
 of 600 s opens on-demand only 600 s after the gang was created ("spot, but on-demand after 10 minutes").
 

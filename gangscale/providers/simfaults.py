@@ -8,6 +8,7 @@ throttling, server errors and lost connections are TRANSIENT, anything else PERM
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gangscale.clock import Clock
@@ -22,6 +23,13 @@ CREATED = "created"
 REUSED = "reused"
 #: ``release`` deleted (or found already gone) every node of the units.
 RELEASED = "released"
+#: GKE's Spot VM termination notice: "Spot VMs terminate 30 seconds after receiving a termination notice" (GKE's
+#: "Spot VMs" concepts page); the default ``noticeSeconds`` of a reclaim.
+SPOT_NOTICE_SECONDS = 30.0
+
+
+def _unheard() -> None:
+    """No reclaim loop listens yet (a PoolFaults made outside a provider)."""
 #: The call raised a :class:`~gangscale.providers.base.ProviderError`; ``code`` says which.
 FAILED = "failed"
 
@@ -32,6 +40,10 @@ class PoolFaults:
 
     Counters (``timeouts``, ``transient_errors``) count down as calls consume them; ``partial_grant`` is
     one-shot. The other knobs stay until a test turns them off.
+
+    Reclaims (spot pools only, :meth:`reclaim` and :meth:`set_reclaim_rate`) are not tied to a call: the
+    provider's reclaim loop (``gangscale.providers.simnodes.Reclaims``) acts on them as soon as they change, so
+    they are changed through those methods, which wake it.
     """
 
     #: Every new obtain fails with STOCKOUT (``GCE_STOCKOUT``), creating nothing.
@@ -57,14 +69,54 @@ class PoolFaults:
     #: node cut off from the API server), so the node lifecycle controller marks the node ``Unknown`` once its
     #: grace period has passed. Taking a name out resumes the heartbeats (and the kubelet posts its status again).
     heartbeat_stopped: set[str] = field(default_factory=set)
+    #: The pool is spot capacity, the only kind the cloud reclaims (set by the provider from ``capacity_type``).
+    spot: bool = False
+    #: Spot reclaims: every Ready node is reclaimed at this rate per node-hour, independently (a Poisson process on
+    #: the provider's clock, drawn from ``reclaim_seed``); 0: none.
+    reclaim_per_node_hour: float = 0.0
+    #: Clock seconds from a reclaim's notice to the end of the VM (its Node deleted).
+    reclaim_notice_seconds: float = SPOT_NOTICE_SECONDS
+    #: Seeds the pool's reclaim draws (which node, when), so that a run is reproducible on a manual clock.
+    reclaim_seed: int = 0
+    #: One-shot reclaims still to hand out: that many Ready nodes get their notice at once (fewer Ready: the next
+    #: ones to turn Ready). Set through :meth:`reclaim`.
+    reclaim_nodes: int = 0
+    #: Wakes the provider's reclaim loop (set by the provider).
+    changed: Callable[[], None] = field(default=_unheard, repr=False, compare=False)
+
+    def reclaim(self, nodes: int = 1) -> None:
+        """Reclaim ``nodes`` Ready nodes of this spot pool now (chosen with the pool's seeded generator), each with a
+        notice of ``reclaim_notice_seconds``: the deterministic form of :attr:`reclaim_per_node_hour`."""
+        self._require_spot()
+        if nodes < 0:
+            raise ValueError(f"cannot reclaim {nodes} nodes")
+        self.reclaim_nodes += nodes
+        self.changed()
+
+    def set_reclaim_rate(self, per_node_hour: float, notice_seconds: float | None = None) -> None:
+        """Reclaim every Ready node at ``per_node_hour`` from now on (0: stop), with this notice (None: as it was)."""
+        if per_node_hour > 0:
+            self._require_spot()
+        if per_node_hour < 0 or (notice_seconds is not None and notice_seconds < 0):
+            raise ValueError(f"a reclaim rate and notice must not be negative, got {per_node_hour}, {notice_seconds}")
+        self.reclaim_per_node_hour = per_node_hour
+        if notice_seconds is not None:
+            self.reclaim_notice_seconds = notice_seconds
+        self.changed()
+
+    def _require_spot(self) -> None:
+        if not self.spot:
+            raise ValueError("only spot capacity is reclaimed: this pool's capacityType is not spot")
 
     def clear(self) -> None:
-        """Turn every knob off."""
+        """Turn every knob off (reclaims already noticed still end their VMs)."""
         self.stockout = self.quota = self.never_ready = False
         self.partial_grant = self.short_answer = None
         self.timeouts = self.transient_errors = 0
         self.call_latency = 0.0
         self.heartbeat_stopped.clear()
+        self.reclaim_per_node_hour, self.reclaim_nodes = 0.0, 0
+        self.changed()
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,13 +30,43 @@ that fails is tried again at the next tick (a kubelet retries a Lease update up 
 coming up waits for, is retried sooner here: ``SIMULATED_KUBELET`` of :mod:`gangscale.retry`). A node's
 heartbeats stop while its name is in its pool's ``PoolFaults.heartbeat_stopped`` (a kubelet that died, or a node
 cut off from the API server) and resume when it is taken out.
+
+**Reclaims** (:class:`Reclaims`, spot pools only): the cloud takes a VM back, as Compute Engine preempts a Spot VM.
+What the API server then sees on a real cluster:
+
+- The notice. GKE: "Spot VMs terminate 30 seconds after receiving a termination notice", and by default "clusters use
+  graceful node shutdown. The kubelet notices the termination notice and gracefully terminates Pods" (GKE's "Spot
+  VMs" concepts page). The kubelet's shutdown manager (``pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go``)
+  on the shutdown event sets ``nodeShuttingDownNow``, syncs the node status at once (``go m.syncNodeStatus()``) and
+  kills the pods; its ``ShutdownStatus`` returns the error ``node is shutting down`` from then on. That function is
+  the ``nodeShutdownManagerErrorsFunc`` of ``nodestatus.ReadyCondition`` (``pkg/kubelet/nodestatus/setters.go``;
+  wired as ``kl.shutdownManager.ShutdownStatus`` in ``pkg/kubelet/kubelet_node_status.go``
+  ``defaultNodeStatusFuncs``), which turns any such error into ``Ready=False``, reason ``KubeletNotReady``, message
+  the aggregated errors' text: with this error alone, exactly ``node is shutting down``
+  (``k8s.io/apimachinery/pkg/util/errors`` ``aggregate.Error`` returns a single error's text as is). Every later
+  status post of the kubelet says the same, so the node never reports Ready again; its Lease is still renewed (the
+  kubelet runs until the VM stops).
+- The end. The cloud node lifecycle controller (``k8s.io/cloud-provider/controllers/nodelifecycle``
+  ``CloudNodeLifecycleController.MonitorNodes``) deletes a Node that is not Ready once the cloud says its instance
+  no longer exists (``InstanceExists``/``InstanceExistsByProviderID`` false; event ``DeletingNode``). Assumption,
+  not verified: GCE's provider answers "no longer exists" only for an instance it cannot find (a 404,
+  ``InstanceExistsByProviderID`` in the GCE cloud provider), while a preempted Spot VM is stopped (``TERMINATED``),
+  not deleted, and a managed instance group recreates it under the same name; GKE's own docs hint that the Node
+  object can then outlive the VM it named. The simulated cloud models the case the controller must survive: the VM
+  is gone for good, and its Node is deleted ``noticeSeconds`` after the notice, not recreated.
+
+So a reclaim here: the cloud records the VM's end on the Node (annotation ``simulated.gangscale.io/reclaim-at``,
+fenced like every change of the cloud's, so a restarted provider still ends the VM on time), the node's kubelet posts
+``Ready=False``/``KubeletNotReady``/``node is shutting down`` (and keeps posting it), and at the recorded time the Node
+is deleted and the VM leaves the cloud's books (its unit is then incomplete, or gone with its last node).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -48,8 +78,8 @@ from gangscale.model.nodepool import POOL_LABEL, NodePool
 from gangscale.model.pod import HOSTNAME_LABEL
 from gangscale.model.quantity import format_quantity
 from gangscale.model.resources import DEFAULT_MAX_PODS, PODS
-from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, Fence, not_leader, unfenced
-from gangscale.providers.simfaults import http_status
+from gangscale.providers.base import TOKEN_LABEL, UNIT_LABEL, Fence, ProviderError, not_leader, unfenced
+from gangscale.providers.simfaults import PoolFaults, http_status
 from gangscale.retry import SIMULATED_KUBELET
 from gangscale.timefmt import rfc3339
 
@@ -61,6 +91,12 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 READY_AT_ANNOTATION = "simulated.gangscale.io/ready-at"
 #: ``<index>/<count>``: the unit's place in the obtain that made it, so a restart keeps the unit order.
 SLOT_ANNOTATION = "simulated.gangscale.io/slot"
+#: When a reclaimed node's VM is gone (clock seconds): set at the reclaim's notice (see the module docstring).
+RECLAIM_AT_ANNOTATION = "simulated.gangscale.io/reclaim-at"
+#: The Ready message of a kubelet whose node is shutting down (``ShutdownStatus`` of the node shutdown manager).
+SHUTTING_DOWN_MESSAGE = "node is shutting down"
+#: Seconds per hour: reclaim rates are per node-hour.
+_HOUR = 3600.0
 PROVIDER_ID_SCHEME = "simulated://"
 _LIST_PAGE = 500
 
@@ -123,24 +159,30 @@ def node_body(pool: NodePool, token: str, slot: str, unit_id: str, name: str, re
     }
 
 
-def ready_condition(ready: bool, stamp: str) -> JSON:
+def ready_condition(ready: bool, stamp: str, *, shutting_down: bool = False) -> JSON:
+    """The kubelet's Ready condition; a node shutting down is never Ready (``ReadyCondition`` with the shutdown
+    manager's error, see the module docstring)."""
+    up = ready and not shutting_down
+    message = ("kubelet is posting ready status" if up else SHUTTING_DOWN_MESSAGE if shutting_down
+               else "node is being provisioned (simulated)")
     return {
         "type": "Ready",
-        "status": "True" if ready else "False",
-        "reason": "KubeletReady" if ready else "KubeletNotReady",
-        "message": "kubelet is posting ready status" if ready else "node is being provisioned (simulated)",
+        "status": "True" if up else "False",
+        "reason": "KubeletReady" if up else "KubeletNotReady",
+        "message": message,
         "lastHeartbeatTime": stamp,
         "lastTransitionTime": stamp,
     }
 
 
-def kubelet_conditions(ready: bool, now: float, current: Mapping[str, JSON]) -> list[JSON]:
+def kubelet_conditions(ready: bool, now: float, current: Mapping[str, JSON], *,
+                       shutting_down: bool = False) -> list[JSON]:
     """The four conditions the kubelet posts at ``now``; a condition whose status is the one in ``current`` (the
     node's conditions by type) keeps its ``lastTransitionTime``, as the kubelet's condition setters do."""
     stamp = rfc3339(now)
     out = [{"type": kind, "status": "False", "reason": reason, "message": message, "lastHeartbeatTime": stamp,
             "lastTransitionTime": stamp} for kind, reason, message in PRESSURE_CONDITIONS]
-    out.append(ready_condition(ready, stamp))
+    out.append(ready_condition(ready, stamp, shutting_down=shutting_down))
     for condition in out:
         before = current.get(condition["type"]) or {}
         if before.get("status") == condition["status"] and before.get("lastTransitionTime"):
@@ -157,6 +199,15 @@ def status_changed(current: Mapping[str, JSON], posted: Sequence[JSON]) -> bool:
     def gist(condition: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(condition.get(key) for key in ("status", "reason", "message"))
     return any(gist(current.get(c["type"]) or {}) != gist(c) for c in posted)
+
+
+def reclaim_at(node: JSON) -> float | None:
+    """When the node's reclaimed VM is gone (clock seconds), if the cloud reclaimed it."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(RECLAIM_AT_ANNOTATION)
+    try:
+        return None if raw is None else float(raw)
+    except ValueError:
+        return None
 
 
 def is_ready(node: JSON) -> bool:
@@ -248,6 +299,13 @@ class NodeAPI:
             if token is None:
                 return items
 
+    async def annotate(self, name: str, pool: str, annotations: Mapping[str, str]) -> JSON:
+        """Set annotations on a node (a change of the cloud's: fenced)."""
+        self._fenced(pool)
+        return await self.http.request("PATCH", f"{NODES_PATH}/{name}",
+                                       body={"metadata": {"annotations": dict(annotations)}},
+                                       content_type=STRATEGIC_MERGE_PATCH)
+
     async def delete(self, name: str) -> int:
         """1 if the node was deleted, 0 if it was already gone."""
         self._fenced("")
@@ -307,6 +365,20 @@ class Kubelet:
     away: bool = False
     #: Someone else may have written the node's status (the kubelet was away): read it before the next decision.
     stale: bool = False
+    #: The cloud reclaims its VM: the kubelet reports ``node is shutting down`` (never Ready) until the VM is gone.
+    shutting_down: bool = False
+
+    @property
+    def up(self) -> bool:
+        """Ready and not shutting down: what a reclaim can take."""
+        return self.ready and not self.shutting_down
+
+    def conditions(self, now: float) -> list[JSON]:
+        return kubelet_conditions(self.ready, now, self.known, shutting_down=self.shutting_down)
+
+
+def _nothing() -> None:
+    """No one listens."""
 
 
 class Kubelets:
@@ -325,6 +397,8 @@ class Kubelets:
         #: The tick the loop waits for (None: no kubelet, no timer).
         self._tick: float | None = None
         self._syncing = 0
+        #: Told when a kubelet comes or goes, or its node turns Ready (the reclaim loop's eligible nodes change).
+        self.on_change: Callable[[], None] = _nothing
 
     @property
     def syncing(self) -> bool:
@@ -337,6 +411,10 @@ class Kubelets:
     def get(self, name: str) -> Kubelet | None:
         return self._kubelets.get(name)
 
+    def up(self) -> list[Kubelet]:
+        """The kubelets of Ready nodes not shutting down, by name."""
+        return sorted((k for k in self._kubelets.values() if k.up), key=lambda kubelet: kubelet.name)
+
     def start(self) -> None:
         if self._task is None:
             self._origin = self.clock.now()
@@ -347,6 +425,7 @@ class Kubelets:
         if self._task is not None:
             await cancel_and_wait([self._task])
             self._task = None
+            self._tick = None  # no round is due any more (a closed provider is quiet)
 
     def add(self, node: JSON, *, ready: bool, reported: float) -> None:
         """A node registered, or found by a restarted provider (``node`` as it is now, ``reported``: when its status
@@ -357,7 +436,9 @@ class Kubelets:
         if not self._kubelets:
             self._emptied_or_filled.set()
         self._kubelets[name] = Kubelet(name, str(labels.get(POOL_LABEL, "")), str(meta.get("uid", "")), ready,
-                                       conditions_by_type(node), reported, alive=self.clock.now())
+                                       conditions_by_type(node), reported, alive=self.clock.now(),
+                                       shutting_down=reclaim_at(node) is not None)
+        self.on_change()
 
     def remove(self, names: Iterable[str]) -> None:
         """Nodes deleted: their kubelets stop (the garbage collector deletes their Leases with them)."""
@@ -366,6 +447,7 @@ class Kubelets:
             self._kubelets.pop(name, None)
         if had and not self._kubelets:
             self._emptied_or_filled.set()
+        self.on_change()
 
     async def post_ready(self, name: str) -> None:
         """The machine came up: the kubelet posts Ready now (unless its heartbeats are stopped: then it posts when
@@ -374,7 +456,21 @@ class Kubelets:
         if kubelet is None:
             return  # released meanwhile
         kubelet.ready = True
+        self.on_change()
         if not self.stopped(kubelet):
+            await self._post(kubelet, self.clock.now())
+
+    async def shut_down(self, name: str) -> None:
+        """The node got a reclaim's notice: its kubelet posts ``node is shutting down`` now, as the shutdown manager
+        syncs the status at once (unless its heartbeats are stopped: then when they resume). Errors are the
+        caller's to retry."""
+        kubelet = self._kubelets.get(name)
+        if kubelet is None:
+            return  # released meanwhile
+        if not kubelet.shutting_down:
+            kubelet.shutting_down = True
+            self.on_change()
+        if not self.stopped(kubelet) and status_changed(kubelet.known, kubelet.conditions(self.clock.now())):
             await self._post(kubelet, self.clock.now())
 
     # --- the heartbeat loop -----------------------------------------------------------------------------
@@ -462,12 +558,12 @@ class Kubelets:
                 self.remove([kubelet.name])
                 return
             kubelet.known, kubelet.stale = conditions_by_type(node), False
-        conditions = kubelet_conditions(kubelet.ready, now, kubelet.known)
+        conditions = kubelet.conditions(now)
         if status_changed(kubelet.known, conditions) or now >= kubelet.reported + STATUS_REPORT_FREQUENCY:
             await self._post(kubelet, now)
 
     async def _post(self, kubelet: Kubelet, now: float) -> None:
-        node = await self.nodes.post_status(kubelet.name, kubelet_conditions(kubelet.ready, now, kubelet.known))
+        node = await self.nodes.post_status(kubelet.name, kubelet.conditions(now))
         if node is None:
             self.remove([kubelet.name])
             return
@@ -538,3 +634,178 @@ class ReadyTimers:
                 delay = SIMULATED_KUBELET.delay(failures, exc.retry_after)
                 log.warning("simulated: could not mark node %s Ready (retrying in %.1fs): %s", name, delay, exc)
                 await self.clock.sleep_until(self.clock.now() + delay)
+
+
+#: What ends a reclaimed VM: delete its Node and take it off the cloud's books (``(pool, node name)``).
+VmGone = Callable[[str, str], Awaitable[None]]
+
+
+class Reclaims:
+    """The cloud reclaiming spot VMs (see the module docstring), in one loop for every pool.
+
+    Each Ready node of a pool whose ``PoolFaults.reclaim_per_node_hour`` is set gets an exponential clock when it
+    turns Ready (or when the rate changes: the process is memoryless, so drawing afresh then is exact): the nodes are
+    reclaimed independently, a Poisson process per node on the provider's clock. ``PoolFaults.reclaim_nodes`` hands
+    notices out at once instead. Draws come from one generator per pool, seeded by the pool's name and
+    ``reclaim_seed``, in node-name order, so a run on a manual clock is reproducible. A reclaim (an *episode*): the
+    cloud records the VM's end on the Node (fenced: a process that lost the lease reclaims nothing), the kubelet posts
+    ``node is shutting down``, and ``reclaim_notice_seconds`` later :data:`VmGone` deletes the Node. API-server errors
+    are retried as a kubelet's status posts are; a node that is gone meanwhile ends its episode.
+    """
+
+    def __init__(self, clock: Clock, kubelets: Kubelets, nodes: NodeAPI, faults: Mapping[str, PoolFaults],
+                 gone: VmGone) -> None:
+        self.clock, self.kubelets, self.nodes, self.faults, self.gone = clock, kubelets, nodes, faults, gone
+        self._rngs: dict[str, random.Random] = {}
+        #: Per pool, the rate the pending draws were made with (a change redraws them).
+        self._rates: dict[str, float] = {}
+        #: Ready nodes' drawn reclaim times (clock seconds).
+        self._due: dict[str, float] = {}
+        self._episodes: dict[str, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        #: Episodes talking to the API server now (a harness waits for none).
+        self.firing = 0
+
+    @property
+    def busy(self) -> bool:
+        """An episode writes, or the loop has changes to act on, or a drawn reclaim is due."""
+        if self._task is None:
+            return False  # not started, or closed
+        now = self.clock.now()
+        return self.firing > 0 or self._wake.is_set() or any(at <= now for at in self._due.values())
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._task is None:
+            # Reclaims belong to no call of the provider's: their sleeps are no job's.
+            self._task = asyncio.create_task(self._run(), name="simulated-reclaims", context=detached_context())
+
+    async def aclose(self) -> None:
+        tasks = [task for task in (self._task, *self._episodes.values()) if task is not None]
+        self._task = None
+        self._episodes.clear()
+        await cancel_and_wait(tasks)
+
+    def resume(self, name: str, pool: str, gone_at: float) -> None:
+        """A node an earlier process reclaimed: its kubelet says so again if it must, and its VM ends at ``gone_at``."""
+        if name not in self._episodes:
+            self._begin(name, pool, gone_at, noticed=True)
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            self._plan(self.clock.now())
+            if await wait_event(self.clock, self._wake, min(self._due.values(), default=None)):
+                continue
+            now = self.clock.now()
+            for name in sorted(name for name, at in self._due.items() if at <= now):
+                del self._due[name]
+                self._notice(name)
+
+    def _rng(self, pool: str) -> random.Random:
+        if pool not in self._rngs:
+            faults = self.faults.get(pool)
+            seed = faults.reclaim_seed if faults is not None else 0
+            # A str seed is hashed with SHA-512 (``random.seed`` version 2): the same in every process.
+            self._rngs[pool] = random.Random(f"gangscale-reclaim/{pool}/{seed}")
+        return self._rngs[pool]
+
+    def _rate(self, pool: str) -> float:
+        faults = self.faults.get(pool)
+        return faults.reclaim_per_node_hour if faults is not None and faults.spot else 0.0
+
+    def _plan(self, now: float) -> None:
+        """Draw reclaim times for nodes that turned Ready, forget those of nodes that are not any more, and hand out
+        the one-shot reclaims."""
+        active = {pool for pool, faults in self.faults.items()
+                  if faults.spot and (faults.reclaim_per_node_hour > 0 or faults.reclaim_nodes > 0)}
+        if not active and not self._due:
+            self._rates.clear()  # nothing to reclaim: a cluster of thousands of nodes pays nothing per change
+            return
+        up = {kubelet.name: kubelet for kubelet in self.kubelets.up()
+              if kubelet.name not in self._episodes and kubelet.pool in active}
+        changed = {pool for pool in self.faults if self._rates.get(pool, 0.0) != self._rate(pool)}
+        for pool in changed:
+            self._rates[pool] = self._rate(pool)
+        for name in [name for name in self._due if name not in up or up[name].pool in changed]:
+            del self._due[name]
+        for name, kubelet in up.items():
+            rate = self._rates.get(kubelet.pool, 0.0)
+            if rate > 0 and name not in self._due:
+                self._due[name] = now + self._rng(kubelet.pool).expovariate(rate / _HOUR)
+        for pool, faults in sorted(self.faults.items()):
+            if faults.reclaim_nodes <= 0 or not faults.spot:
+                continue
+            candidates = [name for name, kubelet in up.items() if kubelet.pool == pool]
+            chosen = self._rng(pool).sample(candidates, min(faults.reclaim_nodes, len(candidates)))
+            faults.reclaim_nodes -= len(chosen)
+            for name in sorted(chosen):
+                self._due.pop(name, None)
+                self._notice(name)
+
+    def _notice(self, name: str) -> None:
+        kubelet = self.kubelets.get(name)
+        faults = self.faults.get(kubelet.pool) if kubelet is not None else None
+        if kubelet is None or faults is None or not kubelet.up:
+            return
+        self._begin(name, kubelet.pool, self.clock.now() + faults.reclaim_notice_seconds, noticed=False)
+
+    def _begin(self, name: str, pool: str, gone_at: float, *, noticed: bool) -> None:
+        task = asyncio.create_task(self._episode(name, pool, gone_at, noticed), name=f"simulated-reclaim-{name}",
+                                   context=detached_context())
+        self._episodes[name] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            if self._episodes.get(name) is task:
+                del self._episodes[name]
+            self.wake()
+
+        task.add_done_callback(done)
+
+    async def _episode(self, name: str, pool: str, gone_at: float, noticed: bool) -> None:
+        try:
+            if not noticed:
+                log.info("simulated: reclaiming node %s of pool %s (its VM ends in %.1fs)", name, pool,
+                         gone_at - self.clock.now())
+                stamp = {RECLAIM_AT_ANNOTATION: repr(gone_at)}
+                if not await self._persist(name, "record the reclaim of",
+                                           lambda: self.nodes.annotate(name, pool, stamp)):
+                    return
+            if not await self._persist(name, "post the shutdown of", lambda: self.kubelets.shut_down(name)):
+                return
+            await self.clock.sleep_until(gone_at)
+            await self._persist(name, "end the reclaimed VM of", lambda: self.gone(pool, name))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A lost episode leaves a VM the cloud meant to take; say so loudly rather than die silently.
+            log.exception("simulated: the reclaim of node %s failed", name)
+
+    async def _persist(self, name: str, doing: str, call: Callable[[], Awaitable[object]]) -> bool:
+        """``call`` until it succeeds (True), retrying API-server trouble as a kubelet does; False when the node is
+        gone or this process may no longer change the cloud (the fence), or on any other refusal."""
+        failures = 0
+        while True:
+            self.firing += 1
+            try:
+                await call()
+                return True
+            except ProviderError as exc:  # the fence: the next leader resumes the reclaim from the annotation
+                log.warning("simulated: did not %s node %s: %s", doing, name, exc.message)
+                return False
+            except ApiError as exc:
+                error = exc
+            finally:
+                self.firing -= 1
+            if error.status == 404:
+                return False  # released meanwhile: nothing left to reclaim
+            if not error.retryable:
+                log.error("simulated: cannot %s node %s: %s", doing, name, error)
+                return False
+            failures += 1
+            delay = SIMULATED_KUBELET.delay(failures, error.retry_after)
+            log.warning("simulated: could not %s node %s (retrying in %.1fs): %s", doing, name, delay, error)
+            await self.clock.sleep_until(self.clock.now() + delay)

@@ -29,6 +29,14 @@ What the cloud does, per pool (the pool file's ``simulated:`` section, camelCase
 - ``obtain`` under a token that already obtained units returns those units and creates nothing; if it
   asks for a different pool or count it fails with PERMANENT ``TOKEN_MISMATCH``.
 - ``release`` deletes the units' nodes (one already gone counts as deleted) and returns their stock.
+- A spot pool's VMs can be reclaimed (``reclaim: {perNodeHour, noticeSeconds, seed}`` in its ``simulated:`` section,
+  or the one-shot ``provider.faults(pool).reclaim(n)``; :class:`~gangscale.providers.simnodes.Reclaims` and the
+  simnodes module docstring say what a reclaim looks like from the API server, with sources): the node turns
+  ``Ready=False`` (``node is shutting down``) at the notice and is deleted ``noticeSeconds`` later. The cloud's books
+  then hold what a restarted provider would rebuild from the Node objects that remain: the unit stays, incomplete
+  (``lookup`` names it; it counts against the stock until released, and a release of it succeeds), and a token whose
+  every node is gone designates nothing any more (``lookup`` returns None, its stock is free). A repeated obtain
+  under the token makes the missing node again, as for any node lost since.
 
 Every failure is a :class:`~gangscale.providers.base.ProviderError`. A failed obtain deletes what it
 created (``rolled_back=True``); if that cleanup itself fails, the units stay recorded against the token
@@ -37,8 +45,8 @@ created (``rolled_back=True``); if that cleanup itself fails, the units stay rec
 Test knobs, per pool, through ``provider.faults(pool)`` (a mutable
 :class:`~gangscale.providers.simfaults.PoolFaults`): ``stockout``, ``quota``, ``partial_grant`` (one-shot),
 ``never_ready``, ``timeouts`` (lost responses), ``transient_errors``, ``call_latency``, ``short_answer``
-(one-shot: an answer that lost units) and ``heartbeat_stopped`` (node names whose kubelet has stopped: no
-Lease renewal, no status). ``provider.calls``
+(one-shot: an answer that lost units), ``heartbeat_stopped`` (node names whose kubelet has stopped: no
+Lease renewal, no status) and, on spot pools, ``reclaim(n)`` / ``set_reclaim_rate(r)``. ``provider.calls``
 logs every obtain and release with its outcome. ``fence`` (the leader lease) is asked before every node create
 and delete: a process that lost the lease stops mid-obtain (TRANSIENT ``NOT_LEADER``) and does not roll back what
 the next leader will finish. The pool file's ``simulated:`` section sets the knobs' starting
@@ -67,6 +75,7 @@ from gangscale.clock import Clock
 from gangscale.configschema import DEFAULT_PROVISION_SECONDS
 from gangscale.kube.errors import ApiError
 from gangscale.model.nodepool import POOL_LABEL, NodePool
+from gangscale.model.tiers import SPOT
 from gangscale.providers.base import (
     TOKEN_LABEL,
     UNIT_LABEL,
@@ -85,6 +94,7 @@ from gangscale.providers.simfaults import (
     RELEASE,
     RELEASED,
     REUSED,
+    SPOT_NOTICE_SECONDS,
     CallTrace,
     PoolFaults,
     ProviderCall,
@@ -103,8 +113,10 @@ from gangscale.providers.simnodes import (
     KubeRequests,
     NodeAPI,
     ReadyTimers,
+    Reclaims,
     is_ready,
     node_body,
+    reclaim_at,
     slot_of,
     unit_node_names,
 )
@@ -164,7 +176,7 @@ class SimulatedProvider:
     claim = staticmethod(same_token)
 
     def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock, *,
-                 fence: Fence = unfenced, heartbeats: bool = True) -> None:
+                 fence: Fence = unfenced, heartbeats: bool = True, reclaims: bool = True) -> None:
         self._clock = clock
         #: The nodes' kubelets renew their Leases and report their status (``simnodes``). Off: they post Ready and
         #: nothing else, for a simulation that runs no node lifecycle controller and would rather not have a timer
@@ -182,6 +194,13 @@ class SimulatedProvider:
         self._nodes = NodeAPI(http, fence)
         self._kubelets = Kubelets(clock, self._nodes, self._heartbeat_stopped)
         self._timers = ReadyTimers(clock, self._kubelets)
+        #: Spot reclaims (``simnodes.Reclaims``). Off: none, not even those an earlier process began (a process that
+        #: must write nothing, as ``--dry-run``).
+        self._reclaiming = reclaims
+        self._reclaims = Reclaims(clock, self._kubelets, self._nodes, self._faults, self._vm_gone)
+        self._kubelets.on_change = self._reclaims.wake
+        for faults in self._faults.values():
+            faults.changed = self._reclaims.wake
         # One mutation at a time per pool, so its stock is never oversold and a token is never worked on twice
         # at once (a token belongs to one pool); pools are independent, as a cloud's would be.
         self._locks = {name: asyncio.Lock() for name in self._pools}
@@ -216,7 +235,7 @@ class SimulatedProvider:
     def busy(self) -> bool:
         """A Ready timer is marking nodes now, or kubelets are heartbeating (for harnesses that wait until the
         simulated cluster is quiet)."""
-        return self._timers.firing > 0 or self._kubelets.syncing
+        return self._timers.firing > 0 or self._kubelets.syncing or self._reclaims.busy
 
     def _heartbeat_stopped(self, kubelet: Kubelet) -> bool:
         faults = self._faults.get(kubelet.pool)
@@ -236,6 +255,8 @@ class SimulatedProvider:
         self._rebuild(nodes)
         if self._heartbeats:
             self._kubelets.start()
+        if self._reclaiming:
+            self._reclaims.start()
         self._started = True
 
     async def obtain(self, pool: str, units: int, *, token: str, deadline: float) -> Obtained:
@@ -263,6 +284,7 @@ class SimulatedProvider:
         self.calls.append(trace.finish())
 
     async def aclose(self) -> None:
+        await self._reclaims.aclose()
         await self._timers.aclose()
         await self._kubelets.aclose()
 
@@ -434,6 +456,25 @@ class SimulatedProvider:
                 # Units whose nodes are all gone were forgotten; retrying releases the rest.
                 raise with_rollback(api_error(pool.name, "deleting nodes", failure), False) from failure
 
+    async def _vm_gone(self, pool: str, name: str) -> None:
+        """A reclaimed VM's end: its Node deleted, and the VM off the books as if this process had been restarted
+        (see the module docstring). Under the pool's lock, so no obtain or release of the pool sees half of it."""
+        async with self._locks[pool]:
+            await self._nodes.delete(name)
+            self._lose(name)
+
+    def _lose(self, name: str) -> None:
+        self._kubelets.remove([name])
+        for record in self._records.values():
+            if any(name in unit.nodes for unit in record.units):
+                # Not created any more, nor armed: a repeated obtain under the token makes it again and arms it.
+                record.created.discard(name)
+                record.uncertain.discard(name)
+                record.armed.discard(name)
+                if not record.created and not record.uncertain:
+                    self._forget(record)  # nothing of the token exists: it designates nothing (lookup: None)
+                return
+
     async def _unit_nodes(self, pool: str, unit_id: str) -> list[str]:
         """The unit's node names: from the inventory, else (a unit this instance never saw) from the API."""
         record = self._records.get(self._unit_token.get(unit_id, ""))
@@ -501,10 +542,15 @@ class SimulatedProvider:
                 up = record.ready_at[unit_id] <= self._clock.now() and not self._faults[pool.name].never_ready
                 for node in unit_nodes.values():
                     self._kubelets.add(node, ready=up or is_ready(node), reported=self._reported(node))
+                    gone_at = reclaim_at(node)
+                    if gone_at is not None and self._reclaiming:
+                        self._reclaims.resume(node["metadata"]["name"], pool.name, gone_at)
             if self._faults[pool.name].never_ready:
                 continue
             for unit_id, unit_nodes in units.items():
-                pending = sorted(name for name, node in unit_nodes.items() if not is_ready(node))
+                # A node under a reclaim's notice is shutting down: nothing will bring it up.
+                pending = sorted(name for name, node in unit_nodes.items()
+                                 if not is_ready(node) and reclaim_at(node) is None)
                 if pending and record.ready_at[unit_id] != NEVER:
                     self._timers.arm(unit_id, pending, record.ready_at[unit_id])
 
@@ -599,7 +645,26 @@ def initial_faults(pool: NodePool) -> PoolFaults:
                         ("transientErrors", faults.transient_errors), ("latencySeconds", faults.call_latency)):
         if value is not None and value < 0:
             raise ValueError(f"pool {pool.name}: simulated.{name} must not be negative, got {value!r}")
+    _reclaim_knobs(pool, raw.get("reclaim"), faults)
     return faults
+
+
+def _reclaim_knobs(pool: NodePool, raw: Any, faults: PoolFaults) -> None:
+    """``reclaim: {perNodeHour, noticeSeconds, seed}`` (``gangscale.configschema.ReclaimSpec``), on spot pools only:
+    reclaim is what spot means (the pool file's check; repeated here for pools built in code)."""
+    faults.spot = pool.capacity_type == SPOT
+    if raw is None:
+        return
+    if not faults.spot:
+        raise ValueError(f"pool {pool.name}: simulated.reclaim is for a pool of capacityType spot; this one is "
+                         f"{pool.capacity_type}")
+    rate, notice = raw.get("perNodeHour", 0.0), raw.get("noticeSeconds", SPOT_NOTICE_SECONDS)
+    for name, value in (("perNodeHour", rate), ("noticeSeconds", notice)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"pool {pool.name}: simulated.reclaim.{name} must be a non-negative number, "
+                             f"got {value!r}")
+    faults.reclaim_per_node_hour, faults.reclaim_notice_seconds = float(rate), float(notice)
+    faults.reclaim_seed = int(raw.get("seed") or 0)
 
 
 def _is_label_value(value: str) -> bool:

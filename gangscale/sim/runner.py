@@ -63,8 +63,12 @@ class RunResult:
 
     @property
     def finished(self) -> bool:
+        return not self.unfinished()
+
+    def unfinished(self) -> list[str]:
+        """The workloads (``namespace/name``) that did not finish."""
         done = {e.subject for e in self.timeline.of(FINISHED)}
-        return all(w in done for w in self.workloads)
+        return [w for w in self.workloads if w not in done]
 
 
 def controller_settings(scenario: Scenario) -> Settings:
@@ -167,6 +171,8 @@ def _cloud_action(sim: SimCluster, change: CloudChange) -> Action:
             faults.never_ready = change.never_ready
         if change.provision_seconds is not None:
             provider.set_provision_seconds(change.pool, change.provision_seconds)
+        if change.reclaim:
+            faults.reclaim(change.reclaim)
         sim.timeline.add(now, "cloud", change.pool, _describe(change))
     return act
 
@@ -198,6 +204,8 @@ def _describe(change: CloudChange) -> str:
         parts.append(f"next request granted only {change.partial_grant} unit(s), then out of stock")
     if change.never_ready is not None:
         parts.append("new nodes never turn Ready" if change.never_ready else "new nodes turn Ready again")
+    if change.reclaim:
+        parts.append(f"reclaims {change.reclaim} spot node(s), with notice (the first that are Ready)")
     if change.provision_seconds is not None:
         parts.append(f"nodes take {change.provision_seconds:g}s to come up")
     return f"{change.pool}: " + ", ".join(parts or ["no change"])

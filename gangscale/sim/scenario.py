@@ -98,6 +98,9 @@ class CloudChange(_Model):
     partial_grant: int | None = Field(default=None, ge=0)
     never_ready: bool | None = None
     provision_seconds: float | None = Field(default=None, ge=0)
+    #: Reclaim this many Ready nodes of a spot pool now, each with the pool's notice (the simulated cloud's one-shot
+    #: reclaim, ``PoolFaults.reclaim``; the simulated provider only).
+    reclaim: int | None = Field(default=None, ge=1)
 
     _at = field_validator("at", mode="before")(_seconds)
 
@@ -239,6 +242,9 @@ class Scenario(_Model):
     controller: ControllerSettings = Field(default_factory=ControllerSettings)
     kueue: Kueue = Field(default_factory=Kueue)
     workloads: list[Workload] = Field(default_factory=list)
+    #: Workloads the scenario shows not finishing under gangscale (a Workload Kueue deactivates stays so until its
+    #: owner reactivates it): the demo still exits 0 when only these are left (names of ``workloads``).
+    expect_unfinished: list[str] = Field(default_factory=list)
 
     _until = field_validator("until", mode="before")(_seconds)
 
@@ -275,6 +281,9 @@ def _check_references(scenario: Scenario, source: str) -> None:
     pools = {p.get("name") for p in scenario.node_pools}
     problems += [f"cloud[{i}].pool: no node pool named {c.pool!r}" for i, c in enumerate(scenario.cloud)
                  if c.pool not in pools]
+    spot = {p.get("name") for p in scenario.node_pools if p.get("capacityType") == "spot"}
+    problems += [f"cloud[{i}].reclaim: pool {c.pool!r} is not a spot pool (capacityType: spot); only spot capacity "
+                 "is reclaimed" for i, c in enumerate(scenario.cloud) if c.reclaim and c.pool in pools - spot]
     flavors = {f.name for f in scenario.kueue.flavors}
     for cq in scenario.kueue.cluster_queues:
         problems += [f"kueue.clusterQueues[{cq.name}].quota: no flavor named {f!r}" for f in cq.quota
@@ -290,6 +299,8 @@ def _check_references(scenario: Scenario, source: str) -> None:
         if w.manifest is None and not w.pod_sets:
             problems.append(f"workloads[{w.name}]: needs podSets (or a manifest)")
         problems += _ray_problems(w)
+    problems += [f"expectUnfinished: no workload named {name!r}" for name in scenario.expect_unfinished
+                 if name not in {w.name for w in scenario.workloads}]
     if problems:
         raise ScenarioError(f"{source}: invalid scenario:\n" + "\n".join(f"  {p}" for p in problems))
 

@@ -22,6 +22,16 @@ provisioned with new nodes has them all Ready, and no more than it needs; every 
 live requests need, all Ready (nothing left that nobody needs). From the logs: no traceback, and no process
 exited except when the harness killed or stopped it or when it lost the lease.
 
+Spot reclaims (the simulated cloud takes a node back: ``Ready=False`` at the notice, deleted a moment later) break
+a promise legitimately: the node is gone whatever the controller does, and what it owes is to tell the request
+(``CapacityRevoked=True``, naming the node; Kueue then asks again with a new request, which the harness does not
+play). So, and only for nodes the history shows reclaimed: a reclaimed node a promise counted on when the cloud took
+it still counts as Ready for that promise until a revocation names it (or the requests promised then are no longer
+promised); a request marked Provisioned while one of its new nodes is under a notice the controller may not have
+seen yet is judged as if that node were Ready, and owed the same way; a revoked request promises nothing from its
+revocation on; at the end, a request revoked for a reclaimed node needs no nodes. A revocation naming no reclaimed
+node is a violation.
+
 gke runs, from the fake Google Cloud's own view of its traffic (:class:`CloudTraffic`, an observer of
 ``gangscale.sim.gcp.server.OBSERVERS``): every exchange of gangscale's with it is valid against Google's discovery
 documents (``gangscale.sim.gcp.discovery``, requests checked strictly); no call that changes the cloud (any
@@ -37,12 +47,12 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaoslib.observe import NS, History, condition, gang_uid, is_true, node_pool, node_ready, request_claims
+from chaoslib.observe import NS, History, Seen, condition, gang_uid, is_true, node_pool, node_ready, request_claims
 from chaoslib.plan import Gang
 from chaoslib.procs import LOST_LEASE, Start
 
@@ -64,9 +74,29 @@ class _Replay:
     provisioned: set[str] = field(default_factory=set)
     names: dict[str, str] = field(default_factory=dict)
     most: dict[str, int] = field(default_factory=dict)
+    #: Nodes the cloud reclaimed: name -> (the uid of the request that made it, pool).
+    reclaimed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Reclaimed nodes that promises counted on: name -> the requests promised then (see the module docstring).
+    owed: dict[str, set[str]] = field(default_factory=dict)
 
     def ready_in(self, pool: str) -> int:
-        return sum(1 for _, in_pool, ready in self.nodes.values() if in_pool == pool and ready)
+        ready = sum(1 for _, in_pool, ready in self.nodes.values() if in_pool == pool and ready)
+        # A reclaimed node still counts for the promises made on it until the controller revokes them.
+        return ready + sum(1 for name, uids in self.owed.items() if self.reclaimed[name][1] == pool
+                           and uids & self.provisioned and not self.nodes.get(name, ("", "", False))[2])
+
+    def take(self, event: Seen) -> None:
+        """The cloud's notice for a node: owed to the promises of its pool if they counted on it."""
+        owner, pool = event.owner, event.detail
+        self.reclaimed[event.name] = (owner, pool)
+        was_ready = self.nodes.get(event.name, ("", "", False))[2]
+        if was_ready and self.promised_in(pool) > self.ready_in(pool) - 1:
+            self.owed[event.name] = {uid for uid in self.provisioned if self.gangs[uid].pool == pool}
+
+    def revoke(self, message: str) -> None:
+        """A revocation: the reclaimed nodes it names are owed no more."""
+        for name in named_nodes(message):
+            self.owed.pop(name, None)
 
     def promised_in(self, pool: str) -> int:
         return sum(self.gangs[uid].nodes for uid in self.provisioned if self.gangs[uid].pool == pool)
@@ -88,6 +118,8 @@ def during_run(history: History, gangs_by_uid: Mapping[str, Gang]) -> list[str]:
     state = _Replay(gangs_by_uid)
     for event in history.ordered():
         if event.kind == "node":
+            if event.reclaimed and event.name not in state.reclaimed:
+                state.take(event)
             if event.type == "DELETED":
                 gone = state.nodes.pop(event.name, None)
                 pool = gone[1] if gone else event.detail
@@ -101,11 +133,19 @@ def during_run(history: History, gangs_by_uid: Mapping[str, Gang]) -> list[str]:
             gang = gangs_by_uid[event.uid]
             state.names[event.uid] = event.name
             was = event.uid in state.provisioned
-            now = event.flag and event.type != "DELETED"
+            if event.revoked is not None:
+                state.revoke(event.revoked)
+            # A revoked request promises nothing any more (Kueue evicts its workload).
+            now = event.flag and event.type != "DELETED" and event.revoked is None
             (state.provisioned.add if now else state.provisioned.discard)(event.uid)
             problem = None
             if now and not was:
-                own = [ready for owner, _, ready in state.nodes.values() if owner == event.uid]
+                # A new node under a notice may still look Ready to the controller: judged Ready, and owed.
+                taken = [name for name, (owner, _) in state.reclaimed.items() if owner == event.uid]
+                for name in taken:
+                    state.owed.setdefault(name, set()).add(event.uid)
+                own = [ready or name in state.reclaimed for name, (owner, _, ready) in state.nodes.items()
+                       if owner == event.uid]
                 if event.detail == NEW_NODES and (not own or not all(own)):
                     # Its plan may also use free nodes that exist (checked with the pool); its new ones: all Ready.
                     problem = (f"{event.name} was marked Provisioned=True ({NEW_NODES}, rv {event.rv}) with "
@@ -185,13 +225,18 @@ def leadership(log: Iterable[JSON], lease_seconds: float,
     return out
 
 
+def named_nodes(message: str) -> set[str]:
+    """The words of a condition message, among them the nodes it names (``n1, n2``, ``n1 (Ready=False since ...)``)."""
+    return set(re.split(r"[\s,:()]+", message))
+
+
 def at_the_end(requests: list[JSON], nodes: list[JSON], gangs_by_name: Mapping[str, Gang],
-               claims: Mapping[str, str] | None = None) -> list[str]:
+               claims: Mapping[str, str] | None = None, reclaimed: Collection[str] = ()) -> list[str]:
     """Every live request ``Provisioned=True``; one provisioned with new nodes has them all Ready; each
     pool holds exactly the nodes its live requests need, all Ready (a node of a deleted request may serve a request
     that found it free; any more is capacity nobody needs, left after scale-down time). A node without a token
     label counts for the request whose recorded token has its claim (the requests' own records, and ``claims``:
-    those the history saw)."""
+    those the history saw). A request revoked for a node the cloud reclaimed (``reclaimed``) needs none."""
     problems: list[str] = []
     known = {**(claims or {}), **request_claims(requests)}
     by_uid: dict[str, list[JSON]] = {}
@@ -201,6 +246,12 @@ def at_the_end(requests: list[JSON], nodes: list[JSON], gangs_by_name: Mapping[s
     for request in sorted(requests, key=lambda r: r["metadata"]["name"]):
         name, uid = request["metadata"]["name"], request["metadata"]["uid"]
         gang = gangs_by_name.get(name)
+        if is_true(request, "CapacityRevoked"):
+            revoked = condition(request, "CapacityRevoked") or {}
+            if named_nodes(str(revoked.get("message", ""))) & set(reclaimed):
+                continue  # the cloud took a node it was promised: revoking it is its outcome
+            problems.append(f"{name} was revoked ({revoked.get('reason', '')}) for nodes the cloud did not reclaim: "
+                            f"{revoked.get('message', '')}")
         if gang is not None:
             need_per_pool[gang.pool] = need_per_pool.get(gang.pool, 0) + gang.nodes
         if not is_true(request, "Provisioned"):

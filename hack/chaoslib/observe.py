@@ -14,6 +14,10 @@ carries ``autoscaling.gke.io/provisioning-request: gs-<claim>`` (``flex-start``)
 requests recorded (``status.provisioningClassDetails["gangscale.io/scale-up"]``, ``steps[].token``). Nodes are
 attributed when the history is read, not when their event arrives: the node and request watches are separate
 streams, so a node may be seen before the request write that recorded its token (which came first).
+
+A node the simulated cloud reclaimed (a spot VM taken back) carries ``simulated.gangscale.io/reclaim-at`` from its
+notice on (``gangscale.providers.simnodes``); a request's ``CapacityRevoked=True`` is kept with its message, which
+names the nodes it lost.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL
 from gangscale.providers.gke import names as gke_names
+from gangscale.providers.simnodes import RECLAIM_AT_ANNOTATION
 
 JSON = dict[str, Any]
 NS = "default"
@@ -61,6 +66,10 @@ def is_true(obj: JSON, ctype: str) -> bool:
 
 def node_ready(node: JSON) -> bool:
     return is_true(node, "Ready")
+
+
+def node_reclaimed(node: JSON) -> bool:
+    return RECLAIM_AT_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {})
 
 
 def node_pool(node: JSON) -> str:
@@ -118,6 +127,10 @@ class Seen:
     detail: str = ""
     #: node without a token label: the claim its name or resize request label carries (see :func:`node_claim`).
     claim: str = ""
+    #: node: the cloud reclaimed it (its notice was given).
+    reclaimed: bool = False
+    #: request: the message of its ``CapacityRevoked=True`` (None: not revoked).
+    revoked: str | None = None
 
 
 @dataclass
@@ -132,19 +145,26 @@ class History:
         owner = gang_uid(obj)
         self.events.append(Seen(rv(obj), "node", event.type, obj["metadata"]["name"],
                                 obj["metadata"].get("uid", ""), node_ready(obj), owner, node_pool(obj),
-                                "" if owner else node_claim(obj)))
+                                "" if owner else node_claim(obj), reclaimed=node_reclaimed(obj)))
 
     def on_request(self, event: ReflectorEvent) -> None:
         obj = event.obj
         self.claims.update(request_claims([obj]))
+        revoked = condition(obj, "CapacityRevoked")
         self.events.append(Seen(rv(obj), "request", event.type, obj["metadata"]["name"],
                                 obj["metadata"].get("uid", ""), is_true(obj, "Provisioned"),
-                                detail=str((condition(obj, "Provisioned") or {}).get("reason", ""))))
+                                detail=str((condition(obj, "Provisioned") or {}).get("reason", "")),
+                                revoked=str(revoked.get("message", "")) if is_true(obj, "CapacityRevoked") and revoked
+                                else None))
 
     def on_lease(self, event: ReflectorEvent) -> None:
         obj = event.obj
         self.events.append(Seen(rv(obj), "lease", event.type, obj["metadata"]["name"], "", False,
                                 str((obj.get("spec") or {}).get("holderIdentity") or "")))
+
+    def reclaimed(self) -> set[str]:
+        """The nodes the cloud reclaimed during the run."""
+        return {e.name for e in self.events if e.kind == "node" and e.reclaimed}
 
     @property
     def complete(self) -> bool:

@@ -9,7 +9,13 @@ fix: how real processes on a real clock interleave with those moments. A failing
 schedule; the interleaving may differ.
 
 Gangs never ask for more than the pools hold together (the schedule keeps the live demand per pool within each
-pool's ``maxUnits``), so every live gang can and must end ``Provisioned=True`` once the faults stop.
+pool's ``maxUnits``), so every live gang can and must end ``Provisioned=True`` once the faults stop — or, with spot
+reclaims, ``CapacityRevoked=True`` for a node the cloud took back (``chaoslib.checks``).
+
+Spot reclaims (on unless ``--no-reclaims``; simulated runs): the TPU and GPU pools are ``capacityType: spot`` in
+every start's pool file, and during the fault phase a start's file may carry ``reclaim`` on them (a rate per
+node-hour high enough to take a node or two in a 15-second phase, a notice of a second or two, and a seed), drawn from
+a generator of their own so that a seed's other faults are the same with and without reclaims.
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ nodePools:
     tpuTopology: 2x4
     zone: us-central1-a
     maxUnits: {tpu_max}
+    capacityType: {tpu_capacity}
     simulated: {{provisionSeconds: 0.5{tpu}}}
   - name: gpu
     machineType: a3-highgpu-8g
     zone: us-central1-a
     maxUnits: {gpu_max}
+    capacityType: {gpu_capacity}
     simulated: {{provisionSeconds: 0.3{gpu}}}
   - name: cpu
     zone: us-central1-a
@@ -271,9 +279,24 @@ def make_plan(seed: int, fault_seconds: float = 15.0, provider: str = "simulated
     return Plan(seed, fault_seconds, tuple(actions), provider)
 
 
-def pool_file(rng: random.Random | None) -> str:
+#: The pools that are spot capacity when a campaign plays reclaims.
+SPOT_POOLS = ("tpu", "gpu")
+#: The share of a fault-phase start's spot pools that get reclaims; their rate (per node-hour) and notice (seconds).
+RECLAIM_SHARE = 0.6
+RECLAIM_RATE = (40.0, 240.0)
+RECLAIM_NOTICE = (0.3, 2.5)
+
+
+def reclaim_knob(rng: random.Random) -> str:
+    """One pool's ``reclaim`` section, drawn from ``rng``."""
+    return (f"{{perNodeHour: {round(rng.uniform(*RECLAIM_RATE))}, "
+            f"noticeSeconds: {round(rng.uniform(*RECLAIM_NOTICE), 2)}, seed: {rng.randrange(1 << 31)}}}")
+
+
+def pool_file(rng: random.Random | None, reclaims: random.Random | None = None, spot: bool = False) -> str:
     """The pool file of one process start: clean with ``rng`` None, else cloud faults drawn from it (half the
-    starts get none)."""
+    starts get none). ``spot``: the :data:`SPOT_POOLS` are spot capacity; ``reclaims`` (spot only): spot reclaims
+    drawn from it."""
     knobs: dict[str, dict[str, str]] = {name: {} for name in POOLS}
     if rng is not None and rng.random() < 0.5:
         for _ in range(rng.randint(1, 2)):
@@ -287,8 +310,13 @@ def pool_file(rng: random.Random | None) -> str:
                 ("latencySeconds", str(round(rng.uniform(0.1, 0.6), 2))),
             ])
             knobs[pool][key] = value
+    if spot and reclaims is not None:
+        for pool in SPOT_POOLS:
+            if reclaims.random() < RECLAIM_SHARE:
+                knobs[pool]["reclaim"] = reclaim_knob(reclaims)
     extra = {pool: "".join(f", {key}: {value}" for key, value in sorted(kv.items())) for pool, kv in knobs.items()}
-    return POOL_FILE.format(tpu=extra["tpu"], gpu=extra["gpu"], cpu=extra["cpu"],
+    capacity = {f"{pool}_capacity": "spot" if spot and pool in SPOT_POOLS else "on-demand" for pool in POOLS}
+    return POOL_FILE.format(tpu=extra["tpu"], gpu=extra["gpu"], cpu=extra["cpu"], **capacity,
                             tpu_max=POOLS["tpu"][1], gpu_max=POOLS["gpu"][1], cpu_max=POOLS["cpu"][1])
 
 
@@ -318,5 +346,16 @@ def faults_of(text: str) -> list[str]:
             pool = line.split(":", 1)[1].strip()
         elif "simulated:" in line:
             inner = line.split("{", 1)[1].rsplit("}", 1)[0]
-            out += [f"{pool}.{part.split(':')[0].strip()}" for part in inner.split(",")[1:]]
+            out += [f"{pool}.{part.split(':')[0].strip()}" for part in _top_level(inner)[1:]]
     return out
+
+
+def _top_level(flow: str) -> list[str]:
+    """The entries of a YAML flow mapping's inside, split at its own commas (not those of a nested ``{...}``)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(flow):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(flow[start:i])
+            start = i + 1
+    return [*parts, flow[start:]]

@@ -1,8 +1,9 @@
 """The processes of a chaos run: ``gangscale sim apiserver --control`` and two ``gangscale run`` replicas,
 restarted like a kubelet restarts a container (a short delay after each exit) while the run goes on.
 
-Every replica start gets its own pool file (simulated runs: cloud faults drawn from the run's seed, or none once the
-faults stop; gke runs: the run's pool file, the faults being in the fake cloud, ``chaoslib.gcp``) and an identity:
+Every replica start gets its own pool file (simulated runs: cloud faults drawn from the run's seed, spot reclaims from
+a generator of their own, or none of either once the faults stop; gke runs: the run's pool file, the faults being in
+the fake cloud, ``chaoslib.gcp``) and an identity:
 ``r<slot>-<start>`` (a new pod), or the slot's previous identity (a container restarted in the same pod). Its user
 agents carry that identity, so the API server's request log (and the fake cloud's) tells the replicas apart.
 """
@@ -32,6 +33,8 @@ RUN_FLAGS = (
     "--no-ray", "--batch-idle", "100ms", "--batch-max", "1s", "--booking-ttl", "10m",
     "--scale-down-unneeded-time", "1s", "--retry-initial", "500ms",
     "--retry-max", "2s", "--pool-backoff", "1s",
+    # Scaled down with the backoff: an unhealthy pool closed for the real 30 minutes would outlast the run's settling.
+    "--pool-unhealthy-cooldown", "5s",
     "--leader-elect-lease-duration", f"{LEASE_SECONDS:g}s", "--leader-elect-renew-deadline", "1500ms",
     "--leader-elect-retry-period", "300ms")
 #: How long any one wait of the harness may take before the run is declared hung.
@@ -78,13 +81,18 @@ class Start:
         return self.proc.returncode is None
 
 
+#: A start's pool file, given the generators of cloud faults and of spot reclaims (None once the faults stopped) and
+#: whether the campaign's spot pools are spot.
+PoolsFor = Callable[[random.Random | None, random.Random | None, bool], str]
+
+
 @dataclass(frozen=True)
 class Cloud:
     """How a replica reaches its cloud: its provider flags, its environment (None: the harness's), and its pool file
-    for a start (given the generator of cloud faults, None once the faults stopped)."""
+    for a start (:data:`PoolsFor`)."""
 
     flags: tuple[str, ...]
-    pools: Callable[[random.Random | None], str]
+    pools: PoolsFor
     env: dict[str, str] | None = None
 
 
@@ -94,12 +102,15 @@ SIMULATED = Cloud(("--provider", "simulated", "--max-node-provision-time", "4s")
 
 @dataclass
 class Replicas:
-    """Two replica slots; ``faults`` draws each start's cloud faults (None: clean pool files)."""
+    """Two replica slots; ``faults`` draws each start's cloud faults (None: clean pool files), ``reclaims`` its spot
+    reclaims (None: none), on the spot pools if ``spot``."""
 
     workdir: Path
     kubeconfig: Path
     faults: random.Random | None
     cloud: Cloud = SIMULATED
+    reclaims: random.Random | None = None
+    spot: bool = False
     starts: list[Start] = field(default_factory=list)
     current: dict[int, Start] = field(default_factory=dict)
     supervising: bool = True
@@ -110,7 +121,7 @@ class Replicas:
         previous = self.current.get(slot)
         same_pod = previous is not None and previous.ended_by != "term" and self.identity_rng.random() < 0.3
         identity = previous.identity if same_pod and previous is not None else f"r{slot}-{number}"
-        text = self.cloud.pools(self.faults)
+        text = self.cloud.pools(self.faults, self.reclaims, self.spot)
         pools = self.workdir / f"pools-{number}.yaml"
         pools.write_text(text)
         log = self.workdir / f"replica-{number}-{identity}.log"

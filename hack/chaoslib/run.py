@@ -51,6 +51,9 @@ class Outcome:
     cloud_changes_judged: int = 0
     #: gke runs: calls the cloud faults acted on (injected errors, lost answers) and broken slices made.
     cloud_faults_acted: int = 0
+    #: Nodes the simulated cloud reclaimed (spot), and requests revoked.
+    reclaims: int = 0
+    revoked: int = 0
     complete: bool = True
     settle_seconds: float = 0.0
     seconds: float = 0.0
@@ -62,7 +65,8 @@ class Outcome:
     def line(self) -> str:
         verdict = "clean" if self.clean else f"{len(self.violations)} VIOLATION(S)"
         note = "" if self.complete else " (watch history incomplete: a watch re-listed)"
-        cloud = f"cloud faults {self.cloud_faults} over {self.starts} starts" if self.provider == "simulated" else \
+        cloud = f"cloud faults {self.cloud_faults} over {self.starts} starts, reclaims {self.reclaims} (revoked " \
+            f"{self.revoked})" if self.provider == "simulated" else \
             f"cloud faults {self.cloud_faults} ({self.cloud_faults_acted} hits), {self.starts} starts, " \
             f"cloud exchanges checked {self.exchanges_checked}"
         return (f"seed {self.seed} {self.provider}: {verdict}: gangs {self.gangs} (deleted {self.deletes}), kills "
@@ -124,7 +128,7 @@ class Run:
         if self.cloud is not None:
             await self.cloud.stop_faults()
         await asyncio.gather(*self.background)
-        self.replicas.faults = None  # every start from now on gets a clean pool file
+        self.replicas.faults = self.replicas.reclaims = None  # every start from now on gets a clean pool file
 
     async def roll(self) -> None:
         """Replace both replicas, one after the other, as a rolling update does (SIGTERM: the leader hands over)."""
@@ -141,7 +145,8 @@ class Run:
     async def end_state(self) -> list[str]:
         requests = (await self.http.request("GET", PROVREQS.path(NS)))["items"]
         nodes = (await self.http.request("GET", NODES.path()))["items"]
-        problems = checks.at_the_end(requests, nodes, checks.by_name(self.plan.gangs()), self.history.claims)
+        problems = checks.at_the_end(requests, nodes, checks.by_name(self.plan.gangs()), self.history.claims,
+                                     self.history.reclaimed())
         if self.cloud is not None:
             problems += checks.cloud_at_the_end(*self.cloud.groups(), (n["metadata"]["name"] for n in nodes))
         return problems
@@ -171,7 +176,7 @@ async def until(predicate: Any, what: str) -> None:
 
 
 async def run_once(seed: int, workdir: Path, *, provider: str = "simulated", fault_seconds: float = 15.0,
-                   settle_guard: float = 90.0) -> Outcome:
+                   settle_guard: float = 90.0, reclaims: bool = True) -> Outcome:
     started = time.monotonic()
     plan = make_plan(seed, fault_seconds, provider)
     outcome = Outcome(seed, provider, gangs=plan.count("create"))
@@ -179,20 +184,23 @@ async def run_once(seed: int, workdir: Path, *, provider: str = "simulated", fau
         kubeconfig = await stack.enter_async_context(apiserver(workdir))
         http, history = await stack.enter_async_context(watching(str(kubeconfig)))
         cloud = await stack.enter_async_context(gke_cloud(seed, workdir, kubeconfig)) if provider == "gke" else None
-        await _play(plan, workdir, kubeconfig, http, history, cloud, outcome, settle_guard)
+        await _play(plan, workdir, kubeconfig, http, history, cloud, outcome, settle_guard, reclaims)
     outcome.seconds = time.monotonic() - started
     return outcome
 
 
 async def _play(plan: Plan, workdir: Path, kubeconfig: Path, http: KubeHTTP, history: History,
-                cloud: GkeCloud | None, outcome: Outcome, settle_guard: float) -> None:
+                cloud: GkeCloud | None, outcome: Outcome, settle_guard: float, reclaims: bool) -> None:
     seed, fault_seconds = plan.seed, plan.fault_seconds
     for name, spec in TEMPLATES.items():
         await http.request("POST", PODTEMPLATES.path(NS), body={
             "apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": {"spec": spec}})
-    reaches = SIMULATED if cloud is None else Cloud(cloud.flags(), lambda _: cloud.pools, cloud.env())
+    reaches = SIMULATED if cloud is None else Cloud(cloud.flags(), lambda *_: cloud.pools, cloud.env())
+    # Spot reclaims are the simulated cloud's (the fake Google Cloud has none), from a generator of their own.
+    spot = reclaims and cloud is None
     replicas = Replicas(workdir, kubeconfig, faults=random.Random(seed * 7919 + 1), cloud=reaches,
-                        identity_rng=random.Random(seed))
+                        identity_rng=random.Random(seed), reclaims=random.Random(seed * 7919 + 3) if spot else None,
+                        spot=spot)
     run = Run(plan, http, history, replicas, outcome, cloud)
     supervisor = asyncio.create_task(replicas.supervise(), name="chaos supervisor")
     try:
@@ -246,6 +254,8 @@ def judged(outcome: Outcome, run: Run, log: list[JSON], history: History, starts
     outcome.violations += lead.problems
     outcome.violations += checks.processes(starts)
     outcome.leaders = len(history.leaders())
+    outcome.reclaims = len(history.reclaimed())
+    outcome.revoked = len({e.uid for e in history.events if e.kind == "request" and e.revoked is not None})
     outcome.starts = len(starts)
     outcome.cloud_faults = run.replicas.cloud_faults()
     if run.cloud is not None:

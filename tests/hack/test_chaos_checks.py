@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import random
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -22,10 +23,12 @@ from chaoslib.plan import (
     GKE_ZONE,
     Action,
     Gang,
+    faults_of,
     gke_faults,
     gke_pool_file,
     gke_project,
     make_plan,
+    pool_file,
     provider_of,
 )
 
@@ -61,6 +64,17 @@ class Events:
     def provisioned(self, uid: str, reason: str) -> Events:
         return self.add("request", "MODIFIED", GANGS[uid].name, uid=uid, flag=True, detail=reason)
 
+    def reclaimed(self, name: str, owner: str, *, ready: bool, etype: str = "MODIFIED") -> Events:
+        """A node the cloud reclaimed: its notice (the annotation, still Ready), NotReady, then DELETED."""
+        self.history.events.append(Seen(len(self.history.events) + 1, "node", etype, name, "", ready, owner, "gpu",
+                                        reclaimed=True))
+        return self
+
+    def revoked(self, uid: str, message: str) -> Events:
+        self.history.events.append(Seen(len(self.history.events) + 1, "request", "MODIFIED", GANGS[uid].name, uid,
+                                        True, detail=NEW_NODES, revoked=message))
+        return self
+
 
 def own_nodes_ready() -> Events:
     return Events().node("n1", A, ready=False).node("n2", A, ready=False).node("n1", A, ready=True, etype="MODIFIED") \
@@ -86,6 +100,43 @@ DURING: list[tuple[str, Events, list[str]]] = [
 
 @pytest.mark.parametrize(("events", "expected"), [(e, x) for _, e, x in DURING], ids=[i for i, _, _ in DURING])
 def test_during_the_run(events: Events, expected: list[str]) -> None:
+    assert during_run(events.history, GANGS) == expected
+
+
+def n2_reclaimed() -> Events:
+    """gang-a provisioned on n1 and n2; the cloud reclaims n2: notice, NotReady, deleted."""
+    return own_nodes_ready().reclaimed("n2", A, ready=True).reclaimed("n2", A, ready=False) \
+        .reclaimed("n2", A, ready=False, etype="DELETED")
+
+
+REVOKED_N2 = "booked nodes were removed before every pod was scheduled: n2"
+C = "c" * 36
+#: Spot reclaims: what they legitimately break, and what they must not hide.
+RECLAIMS: list[tuple[str, Events, list[str]]] = [
+    ("a-reclaimed-booked-node-is-owed-until-the-request-is-revoked", n2_reclaimed().revoked(A, REVOKED_N2), []),
+    ("marked-provisioned-while-a-new-node-is-under-a-notice-the-controller-had-not-seen",
+     Events().node("n1", A, ready=True).node("n2", A, ready=True).reclaimed("n2", A, ready=True)
+     .reclaimed("n2", A, ready=False).provisioned(A, NEW_NODES), []),
+    ("once-revoked-the-reclaimed-node-counts-no-more",
+     n2_reclaimed().revoked(A, REVOKED_N2).provisioned(B, FOUND).node("n1", A, ready=True, etype="DELETED"),
+     ["after node n1 was deleted (rv 11) pool gpu had 0 Ready nodes for Provisioned requests that need 1 (gang-b)"]),
+    ("a-revocation-pays-what-it-names-for-every-promise",
+     Events().node("n1", A, ready=True).node("n2", A, ready=True).node("n3", B, ready=True).provisioned(A, NEW_NODES)
+     .provisioned(B, NEW_NODES).reclaimed("n2", A, ready=True).reclaimed("n2", A, ready=False, etype="DELETED")
+     .revoked(A, REVOKED_N2).node("n3", B, ready=True, etype="DELETED").node("n1", A, ready=True, etype="DELETED"),
+     ["after node n1 was deleted (rv 10) pool gpu had 0 Ready nodes for Provisioned requests that need 1 (gang-b)"]),
+    ("a-free-node-reclaimed-hides-no-shortfall",
+     own_nodes_ready().node("n3", C, ready=True).reclaimed("n3", C, ready=True)
+     .reclaimed("n3", C, ready=False, etype="DELETED").node("n2", A, ready=True, etype="DELETED"),
+     ["after node n2 was deleted (rv 9) pool gpu had 1 Ready nodes for Provisioned requests that need 2 (gang-a)"]),
+    ("a-node-removed-without-a-reclaim-is-still-a-violation",
+     own_nodes_ready().node("n2", A, ready=True, etype="DELETED").revoked(A, REVOKED_N2),
+     ["after node n2 was deleted (rv 6) pool gpu had 1 Ready nodes for Provisioned requests that need 2 (gang-a)"]),
+]
+
+
+@pytest.mark.parametrize(("events", "expected"), [(e, x) for _, e, x in RECLAIMS], ids=[i for i, _, _ in RECLAIMS])
+def test_during_the_run_with_reclaims(events: Events, expected: list[str]) -> None:
     assert during_run(events.history, GANGS) == expected
 
 
@@ -182,6 +233,40 @@ END: list[tuple[str, list[JSON], list[JSON], list[str]]] = [
                          ids=[i for i, _, _, _ in END])
 def test_at_the_end(requests: list[JSON], nodes: list[JSON], expected: list[str]) -> None:
     assert at_the_end(requests, nodes, BY_NAME) == expected
+
+
+def revoked_request(name: str, uid: str, message: str) -> JSON:
+    out = request(name, uid, NEW_NODES)
+    out["status"]["conditions"].append({"type": "CapacityRevoked", "status": "True", "reason": "BookedNodeRemoved",
+                                        "message": message})
+    return out
+
+
+@pytest.mark.parametrize(("message", "nodes", "expected"), [
+    pytest.param(REVOKED_N2, [], [], id="revoked-for-a-reclaimed-node-needs-no-nodes"),
+    pytest.param(REVOKED_N2, [node("n1", A)], ["pool gpu has 1 nodes (1 Ready); its live requests need 0: n1"],
+                 id="its-other-nodes-are-scaled-down"),
+    pytest.param("booked nodes were removed before every pod was scheduled: n7", [],
+                 ["gang-a was revoked (BookedNodeRemoved) for nodes the cloud did not reclaim: booked nodes were "
+                  "removed before every pod was scheduled: n7",
+                  "gang-a is Provisioned (CapacityIsProvisioned) with 0 new nodes (0 Ready); it needs 2 nodes in all",
+                  "pool gpu has 0 nodes (0 Ready); its live requests need 2: -"],
+                 id="a-revocation-no-reclaim-explains"),
+])
+def test_at_the_end_with_reclaims(message: str, nodes: list[JSON], expected: list[str]) -> None:
+    assert at_the_end([revoked_request("gang-a", A, message)], nodes, BY_NAME, reclaimed={"n2"}) == expected
+
+
+def test_reclaims_make_the_tpu_and_gpu_pools_spot_and_change_no_other_fault() -> None:
+    for seed in range(20):
+        plain, with_reclaims = pool_file(random.Random(seed)), pool_file(random.Random(seed), random.Random(seed), True)
+        pools = {p.name: p for p in parse_pool_yaml(with_reclaims).pools}
+        assert [pools[name].capacity_type for name in ("tpu", "gpu", "cpu")] == ["spot", "spot", "on-demand"]
+        assert [f for f in faults_of(with_reclaims) if not f.endswith(".reclaim")] == faults_of(plain)
+        assert {p.capacity_type for p in parse_pool_yaml(plain).pools} == {"on-demand"}
+    drawn = [f for seed in range(20) for f in faults_of(pool_file(None, random.Random(seed), True))]
+    assert {"tpu.reclaim", "gpu.reclaim"} <= set(drawn) and not any(f.startswith("cpu.") for f in drawn)
+    assert "reclaim" not in pool_file(None, None, True)
 
 
 # --- gke runs ---------------------------------------------------------------------------------------------------------
