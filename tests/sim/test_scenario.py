@@ -55,8 +55,10 @@ def test_times_are_durations_and_defaults_hold() -> None:
     (lambda t: t + "cloud: [{at: 0s, pool: gpu, stockout: true}]\n", "no node pool named 'gpu'"),
     (lambda t: "name: [", "not valid YAML"),
     (lambda t: "- a list", "a YAML mapping"),
+    (lambda t: t + "expectUnfinished: [nobody]\n", "expectUnfinished: no workload named 'nobody'"),
+    (lambda t: t + "cloud: [{at: 0s, pool: tpu, reclaim: 1}]\n", "cloud[0].reclaim: pool 'tpu' is not a spot pool"),
 ], ids=["pool-typo", "unknown-priority-class", "unknown-flavor", "bad-duration", "unknown-key",
-        "cloud-unknown-pool", "bad-yaml", "not-a-mapping"])
+        "cloud-unknown-pool", "bad-yaml", "not-a-mapping", "expect-unknown-workload", "reclaim-not-spot"])
 def test_a_bad_scenario_is_refused_with_the_problem_named(edit, expected) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ScenarioError) as info:
         parse_scenario(edit(MINIMAL), "my.yaml")
