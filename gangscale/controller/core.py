@@ -251,12 +251,16 @@ class Core:
     # -- indices: what a change touched -----------------------------------------------------------------------------
 
     def refresh(self, keys: Iterable[str]) -> None:
-        """What each request holds is computed again (after its phase, booking or pods changed)."""
+        """What each request holds is computed again (after its phase, booking or pods changed). A request done
+        whose booking is let go (its end now written: ``holdings.ended_unwritten``) frees room for the waiting."""
         for key in keys:
             st = self.states.get(key)
             if st is None:
                 continue
+            before = self.index.holdings.get(key)
             self.index.hold(key, held(st, self.view, self.sources[st.request.source].consumers(st)))
+            if before is not None and before.bookings and key not in self.index.holdings and phase(st) is Phase.DONE:
+                self.freed = True
 
     def touch_nodes(self, nodes: Iterable[str]) -> None:
         """Scale-down looks at the units of these nodes again (their protection changed)."""

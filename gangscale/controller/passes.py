@@ -102,6 +102,8 @@ def _run_pass(core: Core, changes: Changes, results: Iterable[tuple[Then, Any]],
             continue
         if reconciled(core, st, ctx, acts) and not core.ledger.releasing(key):
             to_plan.append(st)
+    # Before the waiting are looked at: a booking let go now frees room for them in this pass.
+    core.refresh(k for k in keys if k in core.states)
     if acts.capacity_freed or core.freed:
         core.freed = False
         to_plan += retry_waiting(core, ctx, {st.key for st in to_plan}, deferring, acts)

@@ -450,6 +450,25 @@ def test_a_booked_node_the_cloud_takes_back_revokes_the_booking_at_once(change: 
     assert t.source.told == [("Warning", "CapacityRevoked", revoked.message)]
 
 
+def test_a_revoked_booking_holds_its_nodes_until_the_revocation_is_written() -> None:
+    """Kueue counts on a booking until the object says otherwise (hack/chaos.py, seed 15027: a revocation's write
+    refused with a 409, and scale-down removed a booked node meanwhile)."""
+    t = Table()
+    booked_on_one_node(t)
+    t.core.mark("ns/a")
+    t.run(0.5)
+    going = node("n1", ready=False, since=NOW + 1)
+    going["status"]["conditions"][0]["message"] = "node is shutting down"
+    t.run(1, nodes={"n1": going})
+    assert t.st("ns/a").true(C.CAPACITY_REVOKED)
+    t.answer("write ns/a", Written("ns/a", "", error=ApiError(409, "Conflict", "the object has been modified")))
+    t.run(2)
+    assert [b.node for b in t.core.index.holdings["ns/a"].bookings] == ["n1"]  # still held: not written
+    t.run(4)  # the write is tried again and lands
+    t.run(5)
+    assert "ns/a" not in t.core.index.holdings
+
+
 def test_a_running_gang_is_told_once_of_each_node_the_cloud_takes_back() -> None:
     """Its pods run on n1 (booked) and n2 (not: the scheduler put one there); n2 is reclaimed."""
     t = Table()
