@@ -30,6 +30,13 @@ class Holding:
 NOTHING = Holding()
 
 
+def _whole(st: RequestState, view: ClusterView) -> tuple[Booking, ...]:
+    """Every registered node of the request's recorded scale-up, held whole."""
+    assert st.record is not None
+    return tuple(Booking(st.key, name, view.nodes[name].state.allocatable)
+                 for token in st.record.tokens for name in sorted(view.nodes_of(token)))
+
+
 def ended_unwritten(st: RequestState) -> bool:
     """The booking was taken back here (revoked, or its time ran out) and that is not yet written on the object.
     A booking consumed by its pods is not held: the pods hold the room themselves."""
@@ -47,13 +54,16 @@ def held(st: RequestState, view: ClusterView, consumers: Iterable[PodInfo]) -> H
             # refused (409) and retried, and meanwhile scale-down removed the other booked node of the request that
             # Kueue still saw Provisioned.
             return Holding(tuple(live_bookings(st.key, st.booking, consumed, view.nodes)))
+        case Phase.DONE if st.booking is None and st.record is not None and ended_unwritten(st):
+            # The same after a restart, before the booking was rebuilt (seed 15007: a new leader revoked for a
+            # reclaimed host and removed the slice's other host as a broken unit before the revocation was written).
+            return Holding(_whole(st, view))
         case Phase.BOOKED if st.booking:
             return Holding(tuple(live_bookings(st.key, st.booking, consumed, view.nodes)))
         case Phase.BOOKED if st.booking is None and st.record is not None:
             # Provisioned, its booking not rebuilt yet (a restart; the loop waits until every node the scale-up
             # obtained is in the view): every registered node of its scale-up is held whole meanwhile.
-            return Holding(tuple(Booking(st.key, name, view.nodes[name].state.allocatable)
-                                 for token in st.record.tokens for name in sorted(view.nodes_of(token))))
+            return Holding(_whole(st, view))
         case Phase.PROVISIONING if st.record is not None:
             inflight = []
             for step in st.record.steps:
