@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from gangscale.controller.actuator import NotLeader
 from gangscale.controller.logic import conditions as C
-from gangscale.controller.logic.reconcile import Release, node_names
+from gangscale.controller.logic.reconcile import WARNING, Release, node_names
 from gangscale.controller.logic.record import OBTAINED, RELEASING
 from gangscale.controller.logic.request import Phase, RequestState, phase
 from gangscale.controller.logic.verify import scale_up_problems
@@ -34,7 +34,7 @@ ReleaseUnits = Callable[[str, Sequence[str], str], Awaitable[None]]
 
 
 async def recover_intents(states: Iterable[RequestState], lookup: Lookup, pools: Mapping[str, NodePool],
-                          now: float) -> list[Release]:
+                          now: float, present: Callable[[str], bool] = lambda name: True) -> list[Release]:
     """Settle the recorded intents of ``states``; returns the releases to start."""
     releases = []
     for st in sorted(states, key=lambda s: s.key):
@@ -45,7 +45,7 @@ async def recover_intents(states: Iterable[RequestState], lookup: Lookup, pools:
             if release is not None:
                 releases.append(release)
         elif phase(st) is Phase.BOOKED:
-            await _recover_booked(st, lookup)
+            await _recover_booked(st, lookup, pools, now, present)
         elif phase(st) is Phase.PROVISIONING and st.record.phase == OBTAINED:
             release = await _recover_obtained(st, lookup, pools, now)
             if release is not None:
@@ -83,7 +83,8 @@ async def _resume_release(st: RequestState, lookup: Lookup) -> Release | None:
                                                        "handing back")
 
 
-async def _recover_booked(st: RequestState, lookup: Lookup) -> None:
+async def _recover_booked(st: RequestState, lookup: Lookup, pools: Mapping[str, NodePool], now: float,
+                          present: Callable[[str], bool]) -> None:
     """A Provisioned request's scale-up: every node it made counts as a booked node seen (one removed while gangscale
     was down revokes the booking). Not with ``provisionedWhen: Requested``, whose nodes may not have registered
     before Provisioned=True: for it, what the provider made is kept instead, so that the booking is rebuilt only
@@ -91,14 +92,25 @@ async def _recover_booked(st: RequestState, lookup: Lookup) -> None:
     (found by ``tests/crash/test_gke_kill_points.py``: left empty, the booking was rebuilt on no node at once, and
     the slice's first host was removed as a broken unit when it registered)."""
     assert st.record is not None
+    found: dict[str, Obtained] = {}
     for step in st.record.steps:
         got = await lookup(step.token)
         if got is None:
             continue
+        found[step.token] = got
         if st.request.provisioned_when_requested:
             st.obtained[step.token] = got
         else:
             st.booking_seen.update(got.node_names)
+    problems = scale_up_problems(st.record.steps, found, pools)
+    if problems and not st.request.provisioned_when_requested and all(map(present, st.booking_seen)):
+        # A unit that lost a node while no process watched (a reclaimed slice host) and whose name the provider no
+        # longer reports (when it does, reconcile.booked names it), so nothing could see it go: chaos seed 15007, the
+        # booking was rebuilt without it and the slice's other host removed as a broken unit.
+        message = (f"after a restart the provider no longer has every unit of this scale-up whole "
+                   f"({'; '.join(problems)}): the booked capacity is gone")
+        st.set(C.CAPACITY_REVOKED, True, C.R_NODE_REMOVED, message, rfc3339(now))
+        st.event(WARNING, "CapacityRevoked", message)
 
 
 async def release_orphans(view: ClusterView, known: set[str], release: ReleaseUnits) -> None:

@@ -35,6 +35,6 @@ async def recover(core: Core, actuator: Actuator, now: float) -> None:
     known = {token for source in core.sources.values() for token in source.recorded_tokens()}
     known.update(token for st in core.states.values() if st.record is not None for token in st.record.tokens)
     lookup = functools.partial(actuator.lookup, until_answered=True)
-    for release in await recover_intents(core.states.values(), lookup, core.pools, now):
+    for release in await recover_intents(core.states.values(), lookup, core.pools, now, core.view.nodes.__contains__):
         core.start_release(release)
     await release_orphans(core.view, known, actuator.release)
