@@ -102,6 +102,10 @@ async def _recover_booked(st: RequestState, lookup: Lookup, pools: Mapping[str, 
             st.obtained[step.token] = got
         else:
             st.booking_seen.update(got.node_names)
+    if not st.request.provisioned_when_requested:
+        # The existing nodes its plan booked too: one gone while no process watched revokes the booking like its own
+        # (chaos seed 15007: a reclaimed host of an older slice the gang was also booked on).
+        st.booking_seen.update(st.record.nodes)
     problems = scale_up_problems(st.record.steps, found, pools)
     if problems and not st.request.provisioned_when_requested and all(map(present, st.booking_seen)):
         # A unit that lost a node while no process watched (a reclaimed slice host) and whose name the provider no
