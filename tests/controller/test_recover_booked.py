@@ -1,7 +1,8 @@
 """After a restart, a Provisioned request's scale-up is settled with the provider (gangscale.controller.recovery): the
-nodes of its units and the existing nodes its plan booked count as booked nodes seen (a booked node gone while no
-process watched then revokes the booking, naming it); a unit the provider no longer has whole, with no node name to
-miss, revokes it at once (hack/chaos.py, seed 15007: a reclaimed slice host, the booking rebuilt without it)."""
+nodes of its units, and the existing nodes its plan booked that are gone, count as booked nodes seen (a booked node
+gone while no process watched then revokes the booking, naming it); a unit the provider no longer has whole, with
+no node name to miss, revokes it at once (hack/chaos.py, seed 15007: a reclaimed slice host, the booking rebuilt
+without it)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,10 @@ def lookup_of(found: Obtained | None) -> Callable[[str], object]:
 
 @pytest.mark.parametrize(("found", "existing", "present", "revoked", "seen"), [
     pytest.param(WHOLE, (), {"u1-0", "u1-1"}, False, {"u1-0", "u1-1"}, id="whole"),
-    pytest.param(WHOLE, ("old-0",), {"u1-0", "u1-1", "old-0"}, False, {"u1-0", "u1-1", "old-0"},
-                 id="existing-nodes-are-booked-nodes-seen"),
+    pytest.param(WHOLE, ("old-0",), {"u1-0", "u1-1", "old-0"}, False, {"u1-0", "u1-1"},
+                 id="existing-nodes-present-may-be-moved-off"),
+    pytest.param(WHOLE, ("old-0",), {"u1-0", "u1-1"}, False, {"u1-0", "u1-1", "old-0"},
+                 id="an-existing-node-gone-is-a-booked-node-lost"),
     pytest.param(HALF, (), {"u1-0"}, True, {"u1-0"}, id="a-host-gone-from-the-books-revokes"),
     pytest.param(HALF, ("old-0",), {"u1-0"}, False, {"u1-0", "old-0"},
                  id="a-missing-named-node-is-left-to-the-booked-check"),
