@@ -102,11 +102,6 @@ async def _recover_booked(st: RequestState, lookup: Lookup, pools: Mapping[str, 
             st.obtained[step.token] = got
         else:
             st.booking_seen.update(got.node_names)
-    if not st.request.provisioned_when_requested:
-        # An existing node its plan booked too that went while no process watched revokes the booking like its own
-        # (chaos seed 15007: a reclaimed host of an older slice the gang was also booked on). Only one gone now: a
-        # booking rebuilt after a restart may move off the others, which may then go (chaos seed 16006).
-        st.booking_seen.update(name for name in st.record.nodes if not present(name))
     problems = scale_up_problems(st.record.steps, found, pools)
     if problems and not st.request.provisioned_when_requested and all(map(present, st.booking_seen)):
         # A unit that lost a node while no process watched (a reclaimed slice host) and whose name the provider no

@@ -1,6 +1,6 @@
 """After a restart, a Provisioned request's scale-up is settled with the provider (gangscale.controller.recovery): the
-nodes of its units, and the existing nodes its plan booked that are gone, count as booked nodes seen (a booked node
-gone while no process watched then revokes the booking, naming it); a unit the provider no longer has whole, with
+nodes of its units count as booked nodes seen (a booked node gone while no process watched then revokes the booking,
+naming it); a unit the provider no longer has whole, with
 no node name to miss, revokes it at once (hack/chaos.py, seed 15007: a reclaimed slice host, the booking rebuilt
 without it)."""
 
@@ -39,13 +39,13 @@ def lookup_of(found: Obtained | None) -> Callable[[str], object]:
 
 @pytest.mark.parametrize(("found", "existing", "present", "revoked", "seen"), [
     pytest.param(WHOLE, (), {"u1-0", "u1-1"}, False, {"u1-0", "u1-1"}, id="whole"),
-    pytest.param(WHOLE, ("old-0",), {"u1-0", "u1-1", "old-0"}, False, {"u1-0", "u1-1"},
-                 id="existing-nodes-present-may-be-moved-off"),
-    pytest.param(WHOLE, ("old-0",), {"u1-0", "u1-1"}, False, {"u1-0", "u1-1", "old-0"},
-                 id="an-existing-node-gone-is-a-booked-node-lost"),
+    # The existing nodes the plan booked are not counted: a booking rebuilt after a restart may move off them, and
+    # another leader then finds them gone (chaos seed 16006: a false revocation). Known gap: one of them lost while
+    # no process watched is not seen either (chaos seed 15007's other form).
+    pytest.param(WHOLE, ("old-0",), {"u1-0", "u1-1"}, False, {"u1-0", "u1-1"},
+                 id="existing-booked-nodes-are-not-counted"),
     pytest.param(HALF, (), {"u1-0"}, True, {"u1-0"}, id="a-host-gone-from-the-books-revokes"),
-    pytest.param(HALF, ("old-0",), {"u1-0"}, False, {"u1-0", "old-0"},
-                 id="a-missing-named-node-is-left-to-the-booked-check"),
+    pytest.param(HALF, (), {"u1-1"}, False, {"u1-0"}, id="a-missing-named-node-is-left-to-the-booked-check"),
 ])
 async def test_recover_a_provisioned_scale_up(found: Obtained, existing: tuple[str, ...], present: set[str],
                                             revoked: bool, seen: set[str]) -> None:
