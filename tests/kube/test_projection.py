@@ -154,31 +154,31 @@ def projected(projection: Projection[Any], obj: JSON, via: str) -> JSON:
 Transform = Callable[[JSON], Any]
 
 
+def same_record(transform: Transform, projection: Projection[Any], obj: JSON, via: str,
+                caplog: pytest.LogCaptureFixture) -> None:
+    """The transform's record (and warnings) of the projection equal those of the whole object."""
+    with caplog.at_level(logging.WARNING):
+        whole = transform(copy.deepcopy(obj))
+        warned_whole = [r.getMessage() for r in caplog.records]
+        caplog.clear()
+        part = transform(projected(projection, obj, via))
+        assert [r.getMessage() for r in caplog.records] == warned_whole
+    assert part == whole
+
+
 @pytest.mark.parametrize("via", ["page", "event"])
 @pytest.mark.parametrize("transform", [parse_pod, worker_pod], ids=["parse_pod", "worker_pod"])
 @pytest.mark.parametrize("pod", PODS)
 def test_pod_records_of_projections_equal_those_of_whole_objects(pod: JSON, transform: Transform, via: str,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        whole = transform(copy.deepcopy(pod))
-        warned_whole = [r.getMessage() for r in caplog.records]
-        caplog.clear()
-        part = transform(projected(Projection(Pod), pod, via))
-        assert [r.getMessage() for r in caplog.records] == warned_whole
-    assert part == whole
+    same_record(transform, Projection(Pod), pod, via, caplog)
 
 
 @pytest.mark.parametrize("via", ["page", "event"])
 @pytest.mark.parametrize("node", NODES)
 def test_node_records_of_projections_equal_those_of_whole_objects(node: JSON, via: str,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        whole = parse_node(copy.deepcopy(node))
-        warned_whole = [r.getMessage() for r in caplog.records]
-        caplog.clear()
-        part = parse_node(projected(Projection(Node), node, via))
-        assert [r.getMessage() for r in caplog.records] == warned_whole
-    assert part == whole
+    same_record(parse_node, Projection(Node), node, via, caplog)
 
 
 def test_the_table_reaches_every_outcome() -> None:

@@ -12,42 +12,13 @@ from gangscale.model.tiers import ON_DEMAND, SPOT
 from gangscale.sim.observer import NodeLife
 from gangscale.sim.plot import render_svg
 from gangscale.sim.runner import BASELINE, GANGSCALE, RunResult
-from gangscale.sim.scenario import load_scenario, parse_scenario
-from gangscale.sim.world import FINISHED, POD_STARTED, RUNNING, Timeline
+from gangscale.sim.scenario import load_scenario
+from gangscale.sim.world import POD_STARTED, RUNNING, Timeline
+from tests.sim.tierruns import tiers_run
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 T0 = 2_000_000.0
 HOUR = 3600.0
-SCENARIO = """
-name: tiers
-nodePools:
-  - {name: gpu-spot, machineType: a3-highgpu-8g, capacityType: spot, maxUnits: 4, pricePerUnitHour: 30}
-  - {name: gpu, machineType: a3-highgpu-8g, maxUnits: 4, pricePerUnitHour: 90}
-  - {name: cpu, allocatable: {cpu: "16", memory: 64Gi}, maxUnits: 4}
-workloads:
-  - {name: whole, podSets: [{name: w, parallelism: 2}]}
-  - {name: split, podSets: [{name: w, parallelism: 2}]}
-  - {name: idle, podSets: [{name: w, parallelism: 1}]}
-"""
-WHOLE, SPLIT, IDLE = "default/whole", "default/split", "default/idle"
-
-
-def run(mode: str = GANGSCALE, *, spot: bool = True) -> RunResult:
-    """``whole`` on two on-demand nodes; ``split`` on a spot node (when ``spot``, else a third on-demand one) and an
-    on-demand one; ``idle`` never runs; a CPU node without a price runs all along."""
-    split_pool = "gpu-spot" if spot else "gpu"
-    nodes = {n.name: n for n in (NodeLife("g0", "gpu", "g0", 8, T0, T0 + 60, T0 + HOUR),
-                                 NodeLife("g1", "gpu", "g1", 8, T0, T0 + 60, T0 + HOUR),
-                                 NodeLife("g2", "gpu", "g2", 8, T0, T0 + 60, T0 + HOUR / 2),
-                                 NodeLife("s0", split_pool, "s0", 8, T0, T0 + 60, T0 + HOUR / 2),
-                                 NodeLife("c0", "cpu", "c0", 0, T0, T0 + 60, None))}
-    tl = Timeline(T0)
-    for at, kind, subject, where in ((60, POD_STARTED, SPLIT, "s0"), (60, POD_STARTED, WHOLE, "g0"),
-                                     (60, POD_STARTED, WHOLE, "g1"), (60, RUNNING, WHOLE, ""),
-                                     (90, POD_STARTED, SPLIT, "g2"), (90, RUNNING, SPLIT, ""),
-                                     (1800, FINISHED, SPLIT, ""), (3600, FINISHED, WHOLE, "")):
-        tl.add(T0 + at, kind, subject, kind, **({"node": where, "accelerators": 8} if where else {}))
-    return RunResult(parse_scenario(SCENARIO), mode, T0, T0 + HOUR, tl, nodes, [WHOLE, SPLIT, IDLE])
 
 
 def picture(*results: RunResult) -> ET.Element:
@@ -59,7 +30,7 @@ def texts(element: ET.Element) -> list[str]:
 
 
 def test_every_node_and_its_bars_carry_the_tier_and_only_spot_nodes_are_striped() -> None:
-    root = picture(run())
+    root = picture(tiers_run())
     tiers = {}
     for node in root.iterfind(".//svg:g[@class='node']", NS):
         tier = node.get("data-tier")
@@ -82,7 +53,7 @@ def test_every_node_and_its_bars_carry_the_tier_and_only_spot_nodes_are_striped(
 
 
 def test_lanes_name_their_tier_and_the_legend_explains_the_stripes() -> None:
-    root = picture(run())
+    root = picture(tiers_run())
     lanes = {g.get("data-pool"): g for g in root.iterfind(".//svg:g[@class='pool']", NS)}
     assert {pool: lane.get("data-tier") for pool, lane in lanes.items()} == {
         "gpu-spot": SPOT, "gpu": ON_DEMAND, "cpu": ON_DEMAND}
@@ -94,7 +65,7 @@ def test_lanes_name_their_tier_and_the_legend_explains_the_stripes() -> None:
 
 
 def test_workload_rows_say_where_their_pods_ran_so_a_split_gang_shows() -> None:
-    root = picture(run())
+    root = picture(tiers_run())
     rows = {g.get("data-workload"): g for g in root.iterfind(".//svg:g[@class='workload']", NS)}
     assert {name: row.get("data-tiers") for name, row in rows.items()} == {
         "whole": ON_DEMAND, "split": "spot+on-demand", "idle": None}
@@ -103,7 +74,7 @@ def test_workload_rows_say_where_their_pods_ran_so_a_split_gang_shows() -> None:
 
 
 def test_each_caption_carries_the_bill_by_tier_and_the_cost() -> None:
-    root = picture(run(GANGSCALE), run(BASELINE))
+    root = picture(tiers_run(GANGSCALE), tiers_run(BASELINE))
     captions = ["".join(t.itertext()).strip() for t in root.iterfind(".//svg:text[@class='run-title']", NS)]
     assert len(captions) == 2
     for caption in captions:
@@ -114,7 +85,7 @@ def test_each_caption_carries_the_bill_by_tier_and_the_cost() -> None:
 def test_no_spot_node_no_stripes_and_a_one_tier_picture_reads_as_before() -> None:
     """Without a spot node drawn: no stripes, pattern or legend entry (``data-tier`` still says on-demand). A scenario
     of one tier (the default one's TPU pools): no tier lines under the pools and no notes on the workload rows."""
-    for root in (picture(run(spot=False)), picture(tutorial_like())):
+    for root in (picture(tiers_run(spot=False)), picture(tutorial_like())):
         assert not root.findall(".//svg:defs", NS)
         assert not root.findall(".//svg:rect[@class='tier-mark']", NS)
         assert {g.get("data-tier") for g in root.iterfind(".//svg:g[@class='node']", NS)} == {ON_DEMAND}

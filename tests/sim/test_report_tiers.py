@@ -22,9 +22,8 @@ from gangscale.sim.report import (
     to_json,
     totals,
 )
-from gangscale.sim.runner import BASELINE, GANGSCALE, RunResult
-from gangscale.sim.scenario import parse_scenario
-from gangscale.sim.world import FINISHED, POD_STARTED, RUNNING, Timeline
+from gangscale.sim.runner import BASELINE, GANGSCALE
+from tests.sim.tierruns import IDLE, SPLIT, WHOLE, tiers_run
 
 T0 = 5_000.0
 HOUR = 3600.0
@@ -77,40 +76,11 @@ def test_tiers_text(hours: dict[str, float], text: str) -> None:
     assert tiers_text(hours) == text
 
 
-SCENARIO = """
-name: tiers
-nodePools:
-  - {name: gpu-spot, machineType: a3-highgpu-8g, capacityType: spot, maxUnits: 4, pricePerUnitHour: 30}
-  - {name: gpu, machineType: a3-highgpu-8g, maxUnits: 4, pricePerUnitHour: 90}
-  - {name: cpu, allocatable: {cpu: "16", memory: 64Gi}, maxUnits: 4}
-workloads:
-  - {name: whole, podSets: [{name: w, parallelism: 2}]}
-  - {name: split, podSets: [{name: w, parallelism: 2}]}
-  - {name: idle, podSets: [{name: w, parallelism: 1}]}
-"""
-WHOLE, SPLIT, IDLE = "default/whole", "default/split", "default/idle"
 
 
 def columns(line: str) -> list[str]:
     """A printed grid row's cells (cells are at least two spaces apart)."""
     return re.split(r"\s{2,}", line.strip())
-
-
-def tiers_run(mode: str = GANGSCALE) -> RunResult:
-    """``whole`` ran both pods on on-demand nodes, ``split`` one on spot (first) and one on on-demand, ``idle``
-    never ran; a CPU node without a price ran for the whole hour."""
-    nodes = {n.name: n for n in (NodeLife("g0", "gpu", "g0", 8, T0, T0 + 60, T0 + HOUR),
-                                 NodeLife("g1", "gpu", "g1", 8, T0, T0 + 60, T0 + HOUR),
-                                 NodeLife("g2", "gpu", "g2", 8, T0, T0 + 60, T0 + HOUR / 2),
-                                 NodeLife("s0", "gpu-spot", "s0", 8, T0, T0 + 60, T0 + HOUR / 2),
-                                 NodeLife("c0", "cpu", "c0", 0, T0, T0 + 60, None))}
-    tl = Timeline(T0)
-    for at, kind, subject, where in ((60, POD_STARTED, SPLIT, "s0"), (60, POD_STARTED, WHOLE, "g0"),
-                                     (60, POD_STARTED, WHOLE, "g1"), (90, POD_STARTED, SPLIT, "g2"),
-                                     (90, RUNNING, SPLIT, ""), (60, RUNNING, WHOLE, ""),
-                                     (1800, FINISHED, SPLIT, ""), (3600, FINISHED, WHOLE, "")):
-        tl.add(T0 + at, kind, subject, kind, **({"node": where, "accelerators": 8} if where else {}))
-    return RunResult(parse_scenario(SCENARIO), mode, T0, T0 + HOUR, tl, nodes, [WHOLE, SPLIT, IDLE])
 
 
 def test_each_row_names_the_tiers_its_pods_ran_on_first_used_first() -> None:
