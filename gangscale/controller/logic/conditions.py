@@ -40,6 +40,8 @@ R_NODE_NOT_READY = "BookedNodeNotReady"
 #: A booked node the cloud is taking back (a spot VM's preemption notice: the kubelet's graceful shutdown, or a
 #: termination handler's taint), before it is gone.
 R_NODE_RECLAIMED = "BookedNodeReclaimed"
+#: After a restart, a booking made on free capacity (no scale-up of its own) no longer fits on what is free.
+R_BOOKING_LOST = "BookedCapacityLost"
 #: gangscale's own: a step of gangscale raised on this request (:mod:`gangscale.controller.logic.isolation`).
 R_RECONCILE_ERROR = "ReconcileError"
 

@@ -21,7 +21,7 @@ from gangscale.model.gang import Gang
 from gangscale.model.nodepool import NodePool
 from gangscale.model.policy import Policy
 from gangscale.model.snapshot import Booking, Snapshot
-from gangscale.planner import plan
+from gangscale.planner import plan, summarize
 from gangscale.timefmt import rfc3339
 
 
@@ -90,10 +90,17 @@ def rebook(lost: Sequence[RequestState], sources: Mapping[str, GangSource], view
         return
     by_key = {st.key: st for st in lost}
     for decision in plan(replace(snapshot, bookings=tuple(bookings)), on_free.values(), now, policy):
+        st = by_key[decision.gang]
         if decision.outcome is Outcome.FITS:
-            st = by_key[decision.gang]
             assert st.gang is not None
             st.booking = planned_booking(st.gang, decision, {})
+        else:
+            # What it was booked on is gone (a node reclaimed or removed while no process watched): Kueue is told,
+            # rather than left counting on capacity that nothing holds (chaos seed 17017).
+            message = (f"after a restart its booking on free capacity could not be made again: "
+                       f"{summarize(decision)}")
+            st.set(C.CAPACITY_REVOKED, True, C.R_BOOKING_LOST, message, rfc3339(now))
+            st.event(WARNING, "CapacityRevoked", message)
 
 
 @dataclass(frozen=True)
