@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,21 @@ async def api_client(kubeconfig: Path) -> AsyncIterator[ApiClient]:
         yield client
     finally:
         await client.close()
+
+
+async def step_through(clock: ManualClock, seconds: float, settle: Callable[[], Awaitable[None]],
+                       each: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Move ``clock`` ``seconds`` on, stopping at every timer due on the way and letting everything react there
+    (``settle``) before it moves again, as the simulation driver does; ``each`` runs at every stop."""
+    target = clock.now() + seconds
+    await settle()
+    while (due := clock.next_deadline) is not None and due <= target:
+        await clock.set(due)
+        await settle()
+        if each is not None:
+            await each()
+    await clock.set(target)
+    await settle()
 
 
 async def wait_for(predicate: Callable[[], Any], *, timeout: float = 5.0, interval: float = 0.01) -> Any:

@@ -25,7 +25,7 @@ from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver import EmbeddedAPIServer
 from gangscale.sim.quiet import until_quiet
 from tests.builders import NODES, PODS, PODTEMPLATES, PROVREQS, requirements
-from tests.conftest import wait_for
+from tests.conftest import step_through, wait_for
 
 JSON = dict[str, Any]
 NS = "default"
@@ -137,13 +137,7 @@ class Cluster:
         """Like :meth:`advance`, but stopping at every timer on the way and letting the cluster react before the
         clock moves on, so each reaction happens at the time it was due (a unit that becomes empty when a timer
         fires starts its scale-down countdown then, not at the end of one long jump)."""
-        target = self.clock.now() + seconds
-        await self.idle()
-        while (deadline := self.clock.next_deadline) is not None and deadline <= target:
-            await self.clock.set(deadline)
-            await self.idle()
-        await self.clock.set(target)
-        await self.idle()
+        await step_through(self.clock, seconds, self.idle)
 
     async def idle(self) -> None:
         """Until the API server, the simulated cloud and the controller are all quiet: no request, watch event,

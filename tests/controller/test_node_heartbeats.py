@@ -22,7 +22,7 @@ from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver.nodehealth import NodeHealthMonitor, NodeMonitorSettings
 from gangscale.sim.apiserver.resources import StorageKey
 from gangscale.sim.apiserver.store import Event
-from tests.conftest import wait_for
+from tests.conftest import step_through, wait_for
 from tests.controller import harness
 from tests.controller.harness import Cluster, running_cluster
 
@@ -80,15 +80,7 @@ async def settled(cl: Cluster, monitor: NodeHealthMonitor) -> None:
 async def run(cl: Cluster, monitor: NodeHealthMonitor, seconds: float,
               each: Callable[[], Awaitable[None]] | None = None) -> None:
     """``cl.advance_stepwise`` that also lets the node lifecycle controller's passes run at each stop."""
-    target = cl.clock.now() + seconds
-    await settled(cl, monitor)
-    while (due := cl.clock.next_deadline) is not None and due <= target:
-        await cl.clock.set(due)
-        await settled(cl, monitor)
-        if each is not None:
-            await each()
-    await cl.clock.set(target)
-    await settled(cl, monitor)
+    await step_through(cl.clock, seconds, lambda: settled(cl, monitor), each)
 
 
 async def started(cl: Cluster) -> NodeHealthMonitor:

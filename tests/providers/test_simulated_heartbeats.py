@@ -27,6 +27,7 @@ from gangscale.sim.apiserver import EmbeddedAPIServer, Fault, LoggedRequest
 from gangscale.sim.apiserver.nodehealth import NodeHealthMonitor, NodeMonitorSettings
 from gangscale.sim.quiet import until_quiet
 from tests import builders as b
+from tests.conftest import step_through
 from tests.providers.test_simulated import DEADLINE, make_pool
 
 JSON = dict[str, Any]
@@ -74,15 +75,7 @@ class Cloud:
     async def run(self, seconds: float, check: Callable[[], Any] | None = None) -> None:
         """Move the clock ``seconds`` on, stopping at every timer and letting everything react there (as the
         simulation driver does); ``check`` (a coroutine function) runs at every stop."""
-        target = self.clock.now() + seconds
-        await self.quiet()
-        while (due := self.clock.next_deadline) is not None and due <= target:
-            await self.clock.set(due)
-            await self.quiet()
-            if check is not None:
-                await check()
-        await self.clock.set(target)
-        await self.quiet()
+        await step_through(self.clock, seconds, self.quiet, check)
 
     async def node(self, name: str) -> JSON:
         return await self.http.request("GET", b.NODES.path(name=name))

@@ -27,6 +27,7 @@ from gangscale.providers.simulated import SimulatedProvider
 from gangscale.sim.apiserver import EmbeddedAPIServer
 from gangscale.sim.quiet import until_quiet
 from tests import builders as b
+from tests.conftest import step_through
 
 JSON = dict[str, Any]
 DEADLINE = 10**10
@@ -79,13 +80,7 @@ class Cloud:
 
     async def run(self, seconds: float) -> None:
         """Move the clock ``seconds`` on, stopping at every timer and letting everything react there."""
-        target = self.clock.now() + seconds
-        await self.quiet()
-        while (due := self.clock.next_deadline) is not None and due <= target:
-            await self.clock.set(due)
-            await self.quiet()
-        await self.clock.set(target)
-        await self.quiet()
+        await step_through(self.clock, seconds, self.quiet)
 
     async def nodes(self) -> dict[str, JSON]:
         out = await self.http.request("GET", b.NODES.path())
