@@ -42,7 +42,7 @@ class PoolFaults:
     one-shot. The other knobs stay until a test turns them off.
 
     Reclaims (spot pools only, :meth:`reclaim` and :meth:`set_reclaim_rate`) are not tied to a call: the
-    provider's reclaim loop (``gangscale.providers.simnodes.Reclaims``) acts on them as soon as they change, so
+    provider's reclaim loop (``gangscale.providers.simreclaims.Reclaims``) acts on them as soon as they change, so
     they are changed through those methods, which wake it.
     """
 

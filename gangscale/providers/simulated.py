@@ -30,7 +30,7 @@ What the cloud does, per pool (the pool file's ``simulated:`` section, camelCase
   asks for a different pool or count it fails with PERMANENT ``TOKEN_MISMATCH``.
 - ``release`` deletes the units' nodes (one already gone counts as deleted) and returns their stock.
 - A spot pool's VMs can be reclaimed (``reclaim: {perNodeHour, noticeSeconds, seed}`` in its ``simulated:`` section,
-  or the one-shot ``provider.faults(pool).reclaim(n)``; :class:`~gangscale.providers.simnodes.Reclaims` and the
+  or the one-shot ``provider.faults(pool).reclaim(n)``; :class:`~gangscale.providers.simreclaims.Reclaims` and the
   simnodes module docstring say what a reclaim looks like from the API server, with sources): the node turns
   ``Ready=False`` (``node is shutting down``) at the notice and is deleted ``noticeSeconds`` later. The cloud's books
   then hold what a restarted provider would rebuild from the Node objects that remain: the unit stays, incomplete
@@ -113,13 +113,13 @@ from gangscale.providers.simnodes import (
     KubeRequests,
     NodeAPI,
     ReadyTimers,
-    Reclaims,
     is_ready,
     node_body,
     reclaim_at,
     slot_of,
     unit_node_names,
 )
+from gangscale.providers.simreclaims import Reclaims
 from gangscale.timefmt import parse_rfc3339
 
 __all__ = ["KubeRequests", "PoolFaults", "ProviderCall", "SimulatedProvider"]
@@ -194,7 +194,7 @@ class SimulatedProvider:
         self._nodes = NodeAPI(http, fence)
         self._kubelets = Kubelets(clock, self._nodes, self._heartbeat_stopped)
         self._timers = ReadyTimers(clock, self._kubelets)
-        #: Spot reclaims (``simnodes.Reclaims``). Off: none, not even those an earlier process began (a process that
+        #: Spot reclaims (``simreclaims.Reclaims``). Off: none, not even those an earlier process began (a process that
         #: must write nothing, as ``--dry-run``).
         self._reclaiming = reclaims
         self._reclaims = Reclaims(clock, self._kubelets, self._nodes, self._faults, self._vm_gone)

@@ -16,7 +16,7 @@ attributed when the history is read, not when their event arrives: the node and 
 streams, so a node may be seen before the request write that recorded its token (which came first).
 
 A node the simulated cloud reclaimed (a spot VM taken back) carries ``simulated.gangscale.io/reclaim-at`` from its
-notice on (``gangscale.providers.simnodes``); a request's ``CapacityRevoked=True`` is kept with its message, which
+notice on (``gangscale.providers.simreclaims``); a request's ``CapacityRevoked=True`` is kept with its message, which
 names the nodes it lost.
 """
 
