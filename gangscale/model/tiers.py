@@ -108,11 +108,6 @@ class TierPolicy:
                 return Opening(tuple(opened), tier, until)
         return Opening(tuple(opened))
 
-    def describe(self) -> str:
-        """The policy in words, as the pool file or a parameter would write it: ``spot (600 s), on-demand``."""
-        parts = [f"{tier} ({self.wait[tier]:g} s)" if self.wait.get(tier) else tier for tier in self.order]
-        return ", ".join(parts) + ("; tiers may mix" if self.mix else "")
-
 
 def check_order(order: Iterable[str]) -> tuple[str, ...]:
     order = tuple(order)
