@@ -28,7 +28,11 @@ a promise legitimately: the node is gone whatever the controller does, and what 
 play). So, and only for nodes the history shows reclaimed: a reclaimed node a promise counted on when the cloud took
 it still counts as Ready for that promise until a revocation names it (or the requests promised then are no longer
 promised); a request marked Provisioned while one of its new nodes is under a notice the controller may not have
-seen yet is judged as if that node were Ready, and owed the same way; a revoked request promises nothing from its
+seen yet is judged as if that node were Ready, and owed the same way. A promise may also count on a node the pool
+seemed to have to spare when the notice came (a booking names existing nodes the history cannot see): a shortfall
+that such a node would cover is held, and excused only if a revocation of a request promised at the notice later
+names that node (seed 17063: the spare was removed as empty, legitimately, 50 ms before the revocation of the
+request that had booked the reclaimed node was written). A revoked request promises nothing from its
 revocation on; at the end, a request revoked for a reclaimed node needs no nodes. A revocation naming no reclaimed
 node is a violation.
 
@@ -78,43 +82,76 @@ class _Replay:
     reclaimed: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Reclaimed nodes that promises counted on: name -> the requests promised then (see the module docstring).
     owed: dict[str, set[str]] = field(default_factory=dict)
+    #: Reclaimed nodes the pool seemed to have to spare at the notice: name -> the requests promised then.
+    maybe_owed: dict[str, set[str]] = field(default_factory=dict)
+
+    def _counted(self, owed: Mapping[str, set[str]], pool: str) -> set[str]:
+        """The reclaimed nodes of ``owed`` in ``pool``, no longer Ready, owed to a request still promised."""
+        return {name for name, uids in owed.items() if self.reclaimed[name][1] == pool
+                and uids & self.provisioned and not self.nodes.get(name, ("", "", False))[2]}
 
     def ready_in(self, pool: str) -> int:
         ready = sum(1 for _, in_pool, ready in self.nodes.values() if in_pool == pool and ready)
         # A reclaimed node still counts for the promises made on it until the controller revokes them.
-        return ready + sum(1 for name, uids in self.owed.items() if self.reclaimed[name][1] == pool
-                           and uids & self.provisioned and not self.nodes.get(name, ("", "", False))[2])
+        return ready + len(self._counted(self.owed, pool))
 
     def take(self, event: Seen) -> None:
-        """The cloud's notice for a node: owed to the promises of its pool if they counted on it."""
+        """The cloud's notice for a node: owed to the promises of its pool if they counted on it (or, if the pool
+        seemed to have it to spare, maybe owed: see :meth:`revoke`)."""
         owner, pool = event.owner, event.detail
         self.reclaimed[event.name] = (owner, pool)
-        was_ready = self.nodes.get(event.name, ("", "", False))[2]
-        if was_ready and self.promised_in(pool) > self.ready_in(pool) - 1:
-            self.owed[event.name] = {uid for uid in self.provisioned if self.gangs[uid].pool == pool}
+        if not self.nodes.get(event.name, ("", "", False))[2]:
+            return
+        promised = {uid for uid in self.provisioned if self.gangs[uid].pool == pool}
+        if self.promised_in(pool) > self.ready_in(pool) - 1:
+            self.owed[event.name] = promised
+        elif promised:
+            self.maybe_owed[event.name] = promised
 
-    def revoke(self, message: str) -> None:
-        """A revocation: the reclaimed nodes it names are owed no more."""
+    def revoke(self, uid: str, message: str, held: Iterable[Held]) -> None:
+        """A revocation: the reclaimed nodes it names are owed no more. Naming a node that seemed spare at its
+        notice, by a request promised then, it shows that the request had booked it: the shortfalls it covers are
+        excused."""
         for name in named_nodes(message):
             self.owed.pop(name, None)
+            if uid in self.maybe_owed.pop(name, ()):
+                for shortfall in held:
+                    if name in shortfall.covering:
+                        shortfall.booked.add(name)
 
     def promised_in(self, pool: str) -> int:
         return sum(self.gangs[uid].nodes for uid in self.provisioned if self.gangs[uid].pool == pool)
 
-    def short(self, pool: str, rv: int, after: str) -> str | None:
+    def short(self, pool: str, rv: int, after: str) -> str | Held | None:
         ready, promised = self.ready_in(pool), self.promised_in(pool)
         if ready >= promised:
             return None
         holders = ", ".join(sorted(self.names[uid] for uid in self.provisioned if self.gangs[uid].pool == pool))
-        return (f"after {after} (rv {rv}) pool {pool} had {ready} Ready nodes for Provisioned requests that need "
-                f"{promised} ({holders})")
+        problem = (f"after {after} (rv {rv}) pool {pool} had {ready} Ready nodes for Provisioned requests that need "
+                   f"{promised} ({holders})")
+        covering = self._counted(self.maybe_owed, pool)
+        return Held(problem, promised - ready, covering) if ready + len(covering) >= promised else problem
+
+
+@dataclass
+class Held:
+    """A shortfall that reclaimed nodes, spare-looking at their notice, cover if a revocation shows them booked."""
+
+    problem: str
+    missing: int
+    covering: set[str]
+    booked: set[str] = field(default_factory=set)
+
+    @property
+    def excused(self) -> bool:
+        return len(self.booked) >= self.missing
 
 
 def during_run(history: History, gangs_by_uid: Mapping[str, Gang]) -> list[str]:
     """Replayed in write order: a request marked ``Provisioned=True`` for its own new nodes has them all Ready; at
     no moment do the Provisioned requests of a pool need more nodes than are Ready in it (capacity promised to
     Kueue is capacity that exists, new or found); never more nodes alive for a request than it needs."""
-    problems: list[str] = []
+    problems: list[str | Held] = []
     state = _Replay(gangs_by_uid)
     for event in history.ordered():
         if event.kind == "node":
@@ -134,11 +171,11 @@ def during_run(history: History, gangs_by_uid: Mapping[str, Gang]) -> list[str]:
             state.names[event.uid] = event.name
             was = event.uid in state.provisioned
             if event.revoked is not None:
-                state.revoke(event.revoked)
+                state.revoke(event.uid, event.revoked, (p for p in problems if isinstance(p, Held)))
             # A revoked request promises nothing any more (Kueue evicts its workload).
             now = event.flag and event.type != "DELETED" and event.revoked is None
             (state.provisioned.add if now else state.provisioned.discard)(event.uid)
-            problem = None
+            problem: str | Held | None = None
             if now and not was:
                 # A new node under a notice may still look Ready to the controller: judged Ready, and owed.
                 taken = [name for name, (owner, _) in state.reclaimed.items() if owner == event.uid]
@@ -160,7 +197,7 @@ def during_run(history: History, gangs_by_uid: Mapping[str, Gang]) -> list[str]:
         gang = gangs_by_uid.get(uid)
         if gang is not None and most > gang.nodes:
             problems.append(f"{state.names.get(uid, gang.name)} had {most} nodes alive at once; it needs {gang.nodes}")
-    return problems
+    return [p if isinstance(p, str) else p.problem for p in problems if isinstance(p, str) or not p.excused]
 
 
 def _when(entry: JSON) -> float:
