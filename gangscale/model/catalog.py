@@ -1,4 +1,4 @@
-"""The built-in machine catalog: what a GKE node of a known machine type offers, and how TPU slices divide.
+"""The built-in machine catalog: what a GKE or EKS node of a known machine type offers, and how TPU slices divide.
 
 Sources of the figures (vCPUs and memory per VM, accelerators per VM):
 
@@ -19,6 +19,13 @@ Sources of the figures (vCPUs and memory per VM, accelerators per VM):
 - TPU chips per VM: the trailing ``-<n>t`` of the machine name; TPU accelerator label values and the
   dimensionality of each generation's topology (2-D for v5e/v6e, 3-D for v4/v5p): Cloud TPU and GKE TPU docs
   via the research notes (§4.1-4.2). The v6e page lists ct6e-standard-1t/4t/8t as the GKE machine types.
+
+EC2 instance types (``cloud="ec2"``, for the aws provider's pools): vCPUs, memory (GiB) and accelerators per
+instance from AWS's instance-type pages (Accelerated computing: P5/P5e/P5en 192 vCPU, 2,048 GiB, 8 H100/H200;
+P4d/P4de 96 vCPU, 1,152 GiB, 8 A100; G5/G6 1-8 A10G/L4; G6e 1-8 L40S; Trn1 16 Trainium chips, advertised by the
+Neuron device plugin as ``aws.amazon.com/neuron`` devices), cross-checked for P4/P5 against torchx's
+``named_resources_aws``. General purpose M5/M6i/M7i: 4 GiB per vCPU. UNVERIFIED here: ``p6-b200.48xlarge``
+(192 vCPU, 2,048 GiB, 8 B200), taken from AWS's P6 announcement as summarised, not from the instance-type page.
 
 Assumptions: every node of a pool is one VM; allocatable follows GKE's documented reservation formula (see
 :func:`node_allocatable`), which a real node can undercut slightly because the kernel keeps some memory out of
@@ -58,6 +65,10 @@ class MachineType:
     tpu_chips: int = 0
     tpu_accelerator: str = ""
     tpu_dims: int = 0
+    #: Whose machine this is: ``gce`` (GKE's allocatable formula) or ``ec2`` (EKS's).
+    cloud: str = "gce"
+    #: AWS Trainium/Inferentia devices (``aws.amazon.com/neuron``).
+    neuron: int = 0
 
     @property
     def is_tpu(self) -> bool:
@@ -126,7 +137,37 @@ _MACHINES: tuple[MachineType, ...] = (
     _tpu("ct6e-standard-8t", 360, 1440, 8, _V6E, 2),
 )
 
-CATALOG: Mapping[str, MachineType] = MappingProxyType({machine.name: machine for machine in _MACHINES})
+
+
+def _ec2(name: str, vcpus: int, memory_gib: int, gpus: int = 0, neuron: int = 0) -> MachineType:
+    return MachineType(name, vcpus, memory_gib * GiB, gpus=gpus, cloud="ec2", neuron=neuron)
+
+
+_EC2_MACHINES: tuple[MachineType, ...] = (
+    _ec2("p6-b200.48xlarge", 192, 2048, 8),  # UNVERIFIED: see the module docstring.
+    _ec2("p5.48xlarge", 192, 2048, 8),
+    _ec2("p5e.48xlarge", 192, 2048, 8),
+    _ec2("p5en.48xlarge", 192, 2048, 8),
+    _ec2("p4d.24xlarge", 96, 1152, 8),
+    _ec2("p4de.24xlarge", 96, 1152, 8),
+    _ec2("g5.xlarge", 4, 16, 1),
+    _ec2("g5.2xlarge", 8, 32, 1),
+    _ec2("g5.12xlarge", 48, 192, 4),
+    _ec2("g5.48xlarge", 192, 768, 8),
+    _ec2("g6.xlarge", 4, 16, 1),
+    _ec2("g6.12xlarge", 48, 192, 4),
+    _ec2("g6.48xlarge", 192, 768, 8),
+    _ec2("g6e.xlarge", 4, 32, 1),
+    _ec2("g6e.12xlarge", 48, 384, 4),
+    _ec2("g6e.48xlarge", 192, 1536, 8),
+    _ec2("trn1.32xlarge", 128, 512, neuron=16),
+    *(_ec2(f"{family}.{size}", vcpus, vcpus * 4) for family in ("m5", "m6i", "m7i")
+      for size, vcpus in (("large", 2), ("xlarge", 4), ("2xlarge", 8), ("4xlarge", 16), ("8xlarge", 32))),
+)
+
+CATALOG: Mapping[str, MachineType] = MappingProxyType({machine.name: machine
+                                                        for machine in (*_MACHINES, *_EC2_MACHINES)})
+NEURON_RESOURCE = "aws.amazon.com/neuron"
 
 # GKE's kube-reserved tiers: (upper bound of the tier or None for "the rest", marginal rate within the tier).
 _CPU_TIERS_MILLI: tuple[tuple[int | None, Fraction], ...] = (
@@ -172,7 +213,8 @@ def memory_reserved(memory: int) -> int:
 
 
 def node_allocatable(machine: MachineType) -> ResourceList:
-    """What a GKE Standard node of ``machine`` offers to pods.
+    """What a node of ``machine`` offers to pods: :func:`eks_allocatable` for an EC2 instance type, else a GKE
+    Standard node's.
 
     Formula from GKE's "Plan GKE Standard node sizes" page
     (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes#memory_and_cpu_reservations),
@@ -188,15 +230,37 @@ def node_allocatable(machine: MachineType) -> ResourceList:
     source notes that GKE computes its memory tiers with 1 GB = 1000 MiB rather than 1024, which reserves a
     little less than the documented tiers. Pods: kubelet's default 110.
     """
+    if machine.cloud == "ec2":
+        return eks_allocatable(machine)
     amounts = {
         CPU: machine.vcpus * 1000 - cpu_reserved_millis(machine.vcpus),
         MEMORY: machine.memory - memory_reserved(machine.memory) - EVICTION_THRESHOLD,
         PODS: DEFAULT_MAX_PODS,
     }
+    return _with_accelerators(machine, amounts)
+
+
+def eks_allocatable(machine: MachineType, max_pods: int = DEFAULT_MAX_PODS) -> ResourceList:
+    """What an EKS node of an EC2 instance type offers to pods, as the EKS-optimized AMIs reserve it: CPU with the
+    same tiers as GKE (6 % of the first core, 1 % of the second, 0.5 % of the next two, 0.25 % above four); memory
+    ``11 MiB x maxPods + 255 MiB`` for kube-reserved, and the 100 MiB eviction threshold (the AMIs' bootstrap, and
+    Bottlerocket's ``memory_mebibytes_to_reserve``). Assumption: ``maxPods`` is the kubelet's default 110; a real
+    node's depends on the VPC CNI's per-ENI limits and the AMI, and a pool file's ``allocatable`` overrides it."""
+    amounts = {
+        CPU: machine.vcpus * 1000 - cpu_reserved_millis(machine.vcpus),
+        MEMORY: machine.memory - (11 * max_pods + 255) * MiB - EVICTION_THRESHOLD,
+        PODS: max_pods,
+    }
+    return _with_accelerators(machine, amounts)
+
+
+def _with_accelerators(machine: MachineType, amounts: dict[str, int]) -> ResourceList:
     if machine.gpus:
         amounts[GPU_RESOURCE] = machine.gpus
     if machine.tpu_chips:
         amounts[TPU_RESOURCE] = machine.tpu_chips
+    if machine.neuron:
+        amounts[NEURON_RESOURCE] = machine.neuron
     return ResourceList(amounts)
 
 

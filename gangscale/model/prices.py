@@ -15,6 +15,10 @@ project's authors knew them, not read from a current price list, and prices chan
   is an assumption);
 - reservation and on-demand: 1.0 (a reservation is paid at its rate whether used or not).
 
+EC2 instance types have a price per instance-hour of their own (:data:`PER_INSTANCE_HOUR`): approximate on-demand
+list prices in us-east-1, UNVERIFIED in the same way (AWS cut the P4 and P5 prices in 2025; the figures try to follow
+that). EC2 spot prices float with demand; the 0.4 factor is kept for them too, as an assumption.
+
 A machine type the catalog does not know has no default price (the planner counts it as 0, as before).
 """
 
@@ -41,11 +45,21 @@ PER_ACCELERATOR_HOUR: Mapping[str, float] = MappingProxyType({
     "tpu-v6e-slice": 2.7,
 })
 
+#: USD per on-demand instance-hour of the EC2 instance types of the catalog (UNVERIFIED, see above).
+PER_INSTANCE_HOUR: Mapping[str, float] = MappingProxyType({
+    "p5.48xlarge": 55.04, "p5e.48xlarge": 63.3, "p5en.48xlarge": 63.3, "p4d.24xlarge": 21.96,
+    "p4de.24xlarge": 27.45, "g5.xlarge": 1.006, "g5.2xlarge": 1.212, "g5.12xlarge": 5.672, "g5.48xlarge": 16.288,
+    "g6.xlarge": 0.805, "g6.12xlarge": 4.602, "g6.48xlarge": 13.35, "g6e.xlarge": 1.861, "g6e.12xlarge": 10.493,
+    "g6e.48xlarge": 30.131, "trn1.32xlarge": 21.5,
+})
+
 TIER_FACTOR: Mapping[str, float] = MappingProxyType({RESERVATION: 1.0, ON_DEMAND: 1.0, SPOT: 0.4, FLEX_START: 0.5})
 
 
 def node_hour(machine_type: str, capacity_type: str = ON_DEMAND) -> float | None:
     """The default price of one node of ``machine_type`` for an hour in ``capacity_type``; None when unknown."""
+    if (instance := PER_INSTANCE_HOUR.get(machine_type)) is not None:
+        return round(instance * TIER_FACTOR[capacity_type], 4)
     machine = CATALOG.get(machine_type)
     if machine is None:
         return None

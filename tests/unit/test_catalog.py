@@ -198,3 +198,14 @@ def test_catalog_figures(name: str, vcpus: int, memory_gib: int, accelerators: i
     machine = CATALOG[name]
     assert (machine.vcpus, machine.memory, machine.gpus + machine.tpu_chips) == (vcpus, memory_gib * GiB,
                                                                                   accelerators)
+
+
+def test_an_eks_node_reserves_memory_by_its_pods_not_by_gke_tiers() -> None:
+    # p5.48xlarge: 192 vCPU, 2,048 GiB, 8 GPUs. cpu: 192000m - (60 + 10 + 2*5 + 188*2.5 = 550m) = 191450m.
+    # memory: 2048 GiB - (11 MiB x 110 pods + 255 MiB = 1465 MiB) - 100 MiB eviction.
+    assert node_allocatable(CATALOG["p5.48xlarge"]) == ResourceList({
+        "cpu": 191450, "memory": 2048 * GiB - 1565 * MiB, "pods": 110, "nvidia.com/gpu": 8})
+
+
+def test_a_trainium_instance_offers_neuron_devices() -> None:
+    assert node_allocatable(CATALOG["trn1.32xlarge"])["aws.amazon.com/neuron"] == 16
