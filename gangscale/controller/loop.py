@@ -25,7 +25,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any, overload
 
 from gangscale.clock import Clock, SystemClock, wait_event
@@ -115,6 +115,7 @@ class Controller:
         self.nodes = Reflector(http, NODES, transform=self.core.view.node_record, projection=Projection(Node))
         self.pods = Reflector(http, PODS, field_selector=BOUND_PODS, transform=parse_pod, projection=Projection(Pod))
         self.nodes.add_handler(self._on_node)
+        provider.set_reclassify(self._reclassify)
         self.pods.add_handler(self._on_pod)
         self.reflectors: tuple[Reflector[Any], ...] = (self.nodes, self.pods)
         self._changed_nodes: set[str] = set()
@@ -141,6 +142,15 @@ class Controller:
 
     def _on_node(self, event: ReflectorEvent[NodeInfo]) -> None:
         self._changed_nodes.add(event.key[1])
+        self.wakeup.set()
+
+    def _reclassify(self, names: Collection[str]) -> None:
+        """The provider now recognises these nodes differently (:meth:`NodePoolProvider.set_reclassify`): their
+        records are made again from the labels they keep, and the next pass applies them as changes."""
+        for name in names:
+            if (old := self.nodes.get("", name)) is not None:
+                self.nodes.cache[("", name)] = self.core.view.reclassified(old)
+                self._changed_nodes.add(name)
         self.wakeup.set()
 
     def _on_pod(self, event: ReflectorEvent[PodInfo]) -> None:

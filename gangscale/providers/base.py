@@ -33,7 +33,7 @@ contract the controller relies on:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -136,8 +136,16 @@ def labelled_node(name: str, labels: Mapping[str, str]) -> NodeRef | None:
     return NodeRef(pool, labels.get(UNIT_LABEL), labels.get(TOKEN_LABEL))
 
 
+#: See :meth:`NodePoolProvider.set_reclassify`.
+Reclassify = Callable[[Collection[str]], None]
+
+
 def same_token(token: str) -> str:
     return token
+
+
+def labels_suffice(callback: Reclassify) -> None:
+    """:meth:`NodePoolProvider.set_reclassify` of a provider that recognises its nodes by their labels alone."""
 
 
 class NodePoolProvider(Protocol):
@@ -162,4 +170,11 @@ class NodePoolProvider(Protocol):
 
     def claim(self, token: str) -> str:
         """The key by which the nodes of ``token``'s units are found (``NodeRef.claim``)."""
+        ...
+
+    def set_reclassify(self, callback: Reclassify) -> None:
+        """Where to say that :meth:`node_ref` now answers differently for some nodes: a provider that recognises
+        nodes partly from what it reads from the cloud (the aws provider: a node's name is its instance's private
+        DNS name, known from ``DescribeInstances``) calls ``callback`` with their names once it has read, and the
+        controller classifies those nodes again. Providers that recognise nodes from their labels alone ignore it."""
         ...

@@ -85,6 +85,7 @@ from gangscale.providers.base import (
     ProviderError,
     Unit,
     labelled_node,
+    labels_suffice,
     same_token,
     unfenced,
 )
@@ -174,6 +175,7 @@ class SimulatedProvider:
     #: Every node carries gangscale's labels, so it is recognised by them, and its claim is its token.
     node_ref = staticmethod(labelled_node)
     claim = staticmethod(same_token)
+    set_reclassify = staticmethod(labels_suffice)
 
     def __init__(self, http: KubeRequests, pools: Sequence[NodePool], clock: Clock, *,
                  fence: Fence = unfenced, heartbeats: bool = True, reclaims: bool = True) -> None:

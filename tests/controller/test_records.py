@@ -149,3 +149,23 @@ def test_what_a_node_has_requested_is_the_sum_of_its_pods_through_any_changes(se
             expected = sum((p.requests for p in live.values() if p.node == name), ResourceList())
             assert view.nodes[name].state.requested == expected, name
             assert view.requested.get(name, ResourceList()) == expected
+
+
+def test_a_node_classified_again_takes_the_providers_answer_now_and_keeps_everything_else() -> None:
+    """The aws provider learns a node's instance after the Node arrived (set_reclassify): the same record, with the
+    unit and claim it knows now."""
+    from gangscale.providers.base import NodeRef
+
+    known: dict[str, NodeRef] = {}
+    view = ClusterView(classify=lambda name, labels: known.get(name, NodeRef(labels["pool"])))
+    node = {"metadata": {"name": "ip-10-0-0-7.ec2.internal", "labels": {"pool": "gpu"}},
+            "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    first = view.node_record(node)
+    assert first is not None and (first.pool, first.unit, first.claim) == ("gpu", None, None)
+    known["ip-10-0-0-7.ec2.internal"] = NodeRef("gpu", "i-0abc", "tok-1")
+    again = view.reclassified(first)
+    assert (again.pool, again.unit, again.claim) == ("gpu", "i-0abc", "tok-1")
+    assert again.state == first.state and again.readiness == first.readiness
+    view.apply_node("ip-10-0-0-7.ec2.internal", again)
+    assert view.by_claim["tok-1"] == {"ip-10-0-0-7.ec2.internal"}

@@ -246,6 +246,13 @@ class ClusterView:
         """The nodes reflector's transform: :func:`parse_node` with this view's provider."""
         return parse_node(obj, self.classify)
 
+    def reclassified(self, info: NodeInfo) -> NodeInfo:
+        """``info`` with the pool, unit and claim the provider gives its name and labels now."""
+        ref = self.classify(info.state.name, info.state.labels)
+        if ref is None:
+            return replace(info, pool=None, unit=None, claim=None)
+        return replace(info, pool=ref.pool, unit=ref.unit, claim=ref.claim)
+
     def apply_node(self, name: str, info: NodeInfo | None) -> Touched:
         """The node's record now (:meth:`node_record`; None: gone or unusable)."""
         touched = Touched(nodes={name})

@@ -29,6 +29,7 @@ from gangscale.providers.base import (
     NodeRef,
     Obtained,
     ProviderError,
+    Reclassify,
     unfenced,
 )
 from gangscale.providers.gke import checks, names
@@ -177,6 +178,10 @@ class GkeProvider:
 
     def claim(self, token: str) -> str:
         return names.claim(token)
+
+    def set_reclassify(self, callback: Reclassify) -> None:
+        """Not needed: a VM's node is recognised from its name and labels (the resize request's label arrives as a
+        change of the Node, which classifies it again)."""
 
     def _pool(self, pool: str) -> GkePool:
         gp = self.pools.get(pool)
