@@ -12,6 +12,7 @@ from gangscale.controller.logic.view import ClusterView, PodInfo, parse_node, pa
 from gangscale.model.pod import PodDemand, pod_requests
 from gangscale.model.resources import ResourceList
 from gangscale.model.scheduling import SpecError
+from gangscale.providers.base import NodeRef
 from gangscale.sources.provreq import WorkloadRecord, template_demand, workload_record
 
 JSON = dict[str, Any]
@@ -154,8 +155,6 @@ def test_what_a_node_has_requested_is_the_sum_of_its_pods_through_any_changes(se
 def test_a_node_classified_again_takes_the_providers_answer_now_and_keeps_everything_else() -> None:
     """The aws provider learns a node's instance after the Node arrived (set_reclassify): the same record, with the
     unit and claim it knows now."""
-    from gangscale.providers.base import NodeRef
-
     known: dict[str, NodeRef] = {}
     view = ClusterView(classify=lambda name, labels: known.get(name, NodeRef(labels["pool"])))
     node = {"metadata": {"name": "ip-10-0-0-7.ec2.internal", "labels": {"pool": "gpu"}},
