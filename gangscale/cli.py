@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gangscale import __version__, explaincmd
+from gangscale import __version__, awscli, explaincmd
 
 if TYPE_CHECKING:
     from gangscale.flags import RunFlags
@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="read the cluster's node pools and print a pool file for them")
     pools.add_argument("--gke-container-endpoint", default=_env("gke-container-endpoint", None),
                        help="base URL of the GKE API (default https://container.googleapis.com)")
+    awscli.add_from_eks(pools)
     _add_run(sub)
     _add_demo(sub)
     explaincmd.add_parser(sub)
@@ -97,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                           "a while to remove it (default 0)")
     gcp.add_argument("--for", dest="duration", type=float, default=None,
                      help="stop after this many seconds instead of waiting for Ctrl-C")
+    awscli.add_sim_aws(sim_sub)
     return p
 
 
@@ -139,8 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "pools":
         if args.from_gke:
             return asyncio.run(_pools_from_gke(args.from_gke, args.gke_container_endpoint))
+        if args.from_eks:
+            return asyncio.run(awscli.pools_from_eks(args.from_eks, args.region, args.aws_endpoint))
         if not args.file:
-            print("gangscale pools: give a pool file, or --from-gke PROJECT/LOCATION/CLUSTER", file=sys.stderr)
+            print("gangscale pools: give a pool file, --from-gke PROJECT/LOCATION/CLUSTER or --from-eks CLUSTER",
+                  file=sys.stderr)
             return 2
         return _show_pools(args.file)
     if args.command == "run":
@@ -153,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args)
     if args.command == "sim" and args.sim_command == "apiserver":
         return asyncio.run(_run_apiserver(args))
+    if args.command == "sim" and args.sim_command == "aws":
+        return asyncio.run(awscli.run_fake_ec2(args))
     if args.command == "sim" and args.sim_command == "gcp":
         return asyncio.run(_run_fake_gcp(args))
     return 2
@@ -202,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
         print("gangscale run: --config (or GANGSCALE_CONFIG) is required: the node-pool file", file=sys.stderr)
         return 2
     if not flags.provider:
-        print("gangscale run: --provider (or GANGSCALE_PROVIDER) is required: gke, or simulated (a pretend cloud "
+        print("gangscale run: --provider (or GANGSCALE_PROVIDER) is required: gke, aws, or simulated (a pretend cloud "
               "for test clusters and the demo: it creates Node objects)", file=sys.stderr)
         return 2
     try:
@@ -210,9 +217,11 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"gangscale run: {exc}", file=sys.stderr)
         return 2
-    if flags.provider == "gke" and (bare := [pool.name for pool in pool_file.pools if "gke" not in pool.provider]):
-        print(f"gangscale run: --provider gke needs a gke: block (project, location, cluster, mode) on every pool; "
-              f"{flags.config} has none on {', '.join(bare)}", file=sys.stderr)
+    blocks = {"gke": "project, location, cluster, mode", "aws": "region, cluster, launchTemplate, subnet"}
+    if flags.provider in blocks and \
+            (bare := [pool.name for pool in pool_file.pools if flags.provider not in pool.provider]):
+        print(f"gangscale run: --provider {flags.provider} needs a {flags.provider}: block ({blocks[flags.provider]}) "
+              f"on every pool; {flags.config} has none on {', '.join(bare)}", file=sys.stderr)
         return 2
     try:
         options = RunOptions.from_flags(flags, pool_file, _pod_namespace)

@@ -89,6 +89,10 @@ GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
 #: gke modes whose nodes are Dynamic Workload Scheduler (flex-start) capacity.
 FLEX_START_MODES = ("flex-start", "queued-provisioning")
 REGION_LABEL = "topology.kubernetes.io/region"
+#: EKS labels the nodes of a managed node group with its name and capacity type (the launch template EKS makes for
+#: the group passes them to the kubelet's ``--node-labels``; EKS's "Managed node groups" documentation).
+EKS_NODEGROUP_LABEL = "eks.amazonaws.com/nodegroup"
+EKS_CAPACITY_TYPE_LABEL = "eks.amazonaws.com/capacityType"
 
 
 class ConfigError(ValueError):
@@ -323,6 +327,8 @@ def _resolve_pool(raw: object, where: str, problems: list[str]) -> NodePool | No
     if spec.gke is not None:
         issues.extend(_gke_issues(spec, nodes_per_unit))
     capacity_type = _capacity_type(spec, issues)
+    if spec.aws is not None:
+        issues.extend(_aws_issues(spec, nodes_per_unit, capacity_type))
     if spec.simulated is not None and spec.simulated.reclaim is not None and capacity_type != SPOT:
         # Reclaim is what spot means: a cloud takes back only spot (preemptible) VMs.
         issues.append(("simulated.reclaim", f"is for a pool of capacityType spot; this one is {capacity_type}"))
@@ -372,6 +378,11 @@ def _provider_sections(spec: PoolSpec) -> dict[str, dict[str, Any]]:
                                  **faults}
     if spec.gke is not None:
         sections["gke"] = spec.gke.model_dump(by_alias=True, exclude_none=True)
+    if spec.aws is not None:
+        sections["aws"] = spec.aws.model_dump(by_alias=True, exclude_none=True)
+        if spec.reservation is not None and spec.reservation.name:
+            # The capacity reservation the aws provider's fleets target (its id: checked to start with cr-).
+            sections["aws"]["capacityReservationId"] = spec.reservation.name
     return sections
 
 
@@ -395,6 +406,37 @@ def _gke_issues(spec: PoolSpec, nodes_per_unit: int) -> list[tuple[str, str]]:
     if gke.max_run_duration_seconds is not None and gke.mode not in RUN_DURATION_MODES:
         issues.append(("gke.maxRunDurationSeconds", f"applies to modes {', '.join(RUN_DURATION_MODES)}, whose nodes "
                                                     f"live that long; mode {gke.mode} makes nodes without an end"))
+    return issues
+
+
+def _aws_issues(spec: PoolSpec, nodes_per_unit: int, capacity_type: str) -> list[tuple[str, str]]:
+    """What the ``aws`` provider cannot do with this pool, found before it runs. One unit is one EC2 instance,
+    launched by a CreateFleet of type instant that takes one subnet, one instance type and one zone."""
+    aws = spec.aws
+    assert aws is not None
+    issues = []
+    if spec.gke is not None:
+        issues.append(("aws", "a pool lives on one cloud: it has a gke: block too"))
+    if not spec.zone:
+        issues.append(("zone", "is required with aws: the pool's instances are launched in one availability zone"))
+    if not spec.machine_type:
+        issues.append(("machineType", "is required with aws: it is the EC2 instance type launched"))
+    if not aws.subnet:
+        issues.append(("aws.subnet", "is required: a fleet of type instant launches into one subnet, which must lie in "
+                                     "the pool's zone"))
+    if nodes_per_unit > 1:
+        issues.append(("nodesPerUnit", f"a unit of the aws provider is one EC2 instance; got {nodes_per_unit} nodes "
+                                       "per unit"))
+    if capacity_type == FLEX_START:
+        issues.append(("capacityType", "flex-start is GKE's Dynamic Workload Scheduler; on AWS use reservation with "
+                                       "aws.capacityBlock for a Capacity Block for ML"))
+    reservation = spec.reservation.name if spec.reservation is not None else ""
+    if capacity_type == RESERVATION and not reservation.startswith("cr-"):
+        issues.append(("reservation.name", "is required with aws and capacityType reservation: the id of the EC2 "
+                                           f"capacity reservation (cr-…) the fleets launch into; got {reservation!r}"))
+    if aws.capacity_block and capacity_type != RESERVATION:
+        issues.append(("aws.capacityBlock", f"is for a pool of capacityType reservation (the Capacity Block's "
+                                            f"reservation); this one is {capacity_type}"))
     return issues
 
 
@@ -458,11 +500,29 @@ def _labels(spec: PoolSpec, capacity_type: str = ON_DEMAND) -> dict[str, str]:
             labels[GKE_FLEX_START_LABEL] = "true"  # the provider checks at start that the node pool is flex-start
         if spec.zone.count("-") >= 2:
             labels[REGION_LABEL] = spec.zone.rsplit("-", 1)[0]
+    elif spec.aws is not None:
+        labels.update(_aws_labels(spec, capacity_type))
     elif machine:
         labels[GKE_NODEPOOL_LABEL] = spec.name
-    if capacity_type == SPOT and (spec.gke is not None or machine):
+    if capacity_type == SPOT and spec.aws is None and (spec.gke is not None or machine):
         labels[GKE_SPOT_LABEL] = "true"  # GKE labels every Spot VM node so ("Use Spot VMs in GKE")
     labels.update(spec.labels)
+    return labels
+
+
+def _aws_labels(spec: PoolSpec, capacity_type: str) -> dict[str, str]:
+    """What an EKS node of an ``aws`` pool carries besides the pool file's labels. Its identifying label is
+    ``gangscale.io/node-pool`` (added for every pool; the launch template's ``--node-labels`` must set it), or, for a
+    managed node group's template (``aws.nodeGroup``), ``eks.amazonaws.com/nodegroup``, which EKS's template sets
+    with ``eks.amazonaws.com/capacityType``: both are added here, so that the planner sees what the node will carry.
+    The cloud controller adds ``topology.kubernetes.io/region``."""
+    aws = spec.aws
+    assert aws is not None
+    labels = {REGION_LABEL: aws.region}
+    if aws.node_group:
+        labels[EKS_NODEGROUP_LABEL] = aws.node_group
+        labels[EKS_CAPACITY_TYPE_LABEL] = ("CAPACITY_BLOCK" if aws.capacity_block else
+                                           "SPOT" if capacity_type == SPOT else "ON_DEMAND")
     return labels
 
 

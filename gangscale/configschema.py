@@ -173,6 +173,62 @@ class GkeSpec(_Strict):
         return name
 
 
+#: An EC2 subnet id (``subnet-`` and hex digits: 8 or 17 on EC2, any number here) and the launch
+#: template versions CreateFleet takes (``$Default``, ``$Latest`` or a version number; the EC2 API reference of
+#: ``FleetLaunchTemplateSpecificationRequest.Version``).
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]+$")
+_LAUNCH_TEMPLATE_VERSION = re.compile(r"^(\$Default|\$Latest|[1-9][0-9]*)$")
+#: A launch template name: 3 to 128 characters of letters, digits and ``().-/_`` (the EC2 API reference of
+#: ``CreateLaunchTemplate.LaunchTemplateName``: pattern ``[a-zA-Z0-9\(\)\.\-/_]+``).
+_LAUNCH_TEMPLATE_NAME = re.compile(r"^[a-zA-Z0-9().\-/_]{3,128}$")
+
+
+class AwsSpec(_Strict):
+    """Where a pool lives on EKS and what the ``aws`` provider launches for it (see ``gangscale.providers.aws``):
+    one EC2 instance per unit, from ``launchTemplate`` in ``subnet``, by one ``CreateFleet`` of type instant per
+    obtain. ``zone``, ``machineType`` and (for ``capacityType: reservation``) ``reservation.name`` are the pool's own
+    fields; the checks that tie them together are :func:`gangscale.config._aws_issues`."""
+
+    region: str = Field(min_length=1)
+    #: The EKS cluster's name: instances are tagged ``kubernetes.io/cluster/<cluster>=owned``.
+    cluster: str = Field(min_length=1)
+    #: A launch template id (``lt-…``) or name; it carries the node's bootstrap (``nodeadm`` user data).
+    launch_template: str = Field(min_length=1)
+    launch_template_version: str = "$Default"
+    #: One subnet in the pool's zone: a fleet of type instant takes one subnet per override.
+    subnet: str = ""
+    #: The EKS managed node group whose launch template this is; its nodes carry ``eks.amazonaws.com/nodegroup``.
+    node_group: str = ""
+    #: A cluster placement group for the pool's instances.
+    placement_group: str = ""
+    #: With ``capacityType: reservation``: the reservation is a Capacity Block for ML.
+    capacity_block: bool = False
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet_id(cls, subnet: str) -> str:
+        if subnet and not _SUBNET_ID.fullmatch(subnet):
+            raise PydanticCustomError("aws_subnet", "must be a subnet id (subnet- and hex digits); got "
+                                      "{subnet}", {"subnet": repr(subnet)})
+        return subnet
+
+    @field_validator("launch_template")
+    @classmethod
+    def _launch_template(cls, template: str) -> str:
+        if not template.startswith("lt-") and not _LAUNCH_TEMPLATE_NAME.fullmatch(template):
+            raise PydanticCustomError("aws_launch_template", "must be a launch template id (lt-…) or name (3 to 128 "
+                                      "letters, digits and ().-/_); got {template}", {"template": repr(template)})
+        return template
+
+    @field_validator("launch_template_version")
+    @classmethod
+    def _version(cls, version: str) -> str:
+        if not _LAUNCH_TEMPLATE_VERSION.fullmatch(version):
+            raise PydanticCustomError("aws_version", "must be $Default, $Latest or a version number; got {version}",
+                                      {"version": repr(version)})
+        return version
+
+
 class ReservationSpec(_Strict):
     """The reservation a ``capacityType: reservation`` pool draws on: its name (for people and ``pools --from-gke``)
     and its size in nodes (no more units than it holds are asked for; None: bounded by maxUnits only)."""
@@ -215,6 +271,7 @@ class PoolSpec(_Strict):
     reservation: ReservationSpec | None = None
     simulated: SimulatedSpec | None = None
     gke: GkeSpec | None = None
+    aws: AwsSpec | None = None
 
     @field_validator("name")
     @classmethod

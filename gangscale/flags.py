@@ -154,7 +154,7 @@ def _flag(default: str, help: str, parse: Callable[[str], Any] = str, *, choices
 
 #: The providers ``--provider`` names; it has no default, so that a production install that forgets it does not
 #: run the simulated cloud (which creates Node objects).
-PROVIDERS = ("simulated", "gke")
+PROVIDERS = ("simulated", "gke", "aws")
 
 
 @dataclass(frozen=True)
@@ -166,13 +166,16 @@ class RunFlags:
     context: str | None = _flag("", "kubeconfig context to use", _optional)
     config: str | None = _flag("", "the node-pool file (required); see `gangscale pools FILE`", _optional)
     provider: str = _flag("", "node-pool provider (required): gke (GKE node pools and Compute Engine instance "
-                              "groups; every pool needs a gke: block) or simulated (a pretend cloud that registers "
-                              "Node objects: test clusters and the demo)", _unset_or(_choice(*PROVIDERS)),
+                              "groups; every pool needs a gke: block), aws (EC2 instances for EKS from CreateFleet "
+                              "instant calls; every pool needs an aws: block) or simulated (a pretend cloud that "
+                              "registers Node objects: test clusters and the demo)", _unset_or(_choice(*PROVIDERS)),
                           choices=PROVIDERS)
     gke_container_endpoint: str | None = _flag("", "base URL of the GKE API (default "
                                                    "https://container.googleapis.com)", _optional)
     gke_compute_endpoint: str | None = _flag("", "base URL of the Compute Engine API (default "
                                                  "https://compute.googleapis.com/compute/v1)", _optional)
+    aws_endpoint: str | None = _flag("", "base URL of the EC2 API (default: botocore's endpoint for each pool's "
+                                         "region, or $AWS_ENDPOINT_URL_EC2)", _optional)
     classes: tuple[str, ...] = _flag(",".join(DEFAULT_CLASSES), "comma-separated ProvisioningRequest classes to "
                                      "serve; PRs of other classes are never touched", parse_classes)
     processor_instance: str = _flag("", "serve only PRs whose processorInstance parameter equals this (empty: PRs "

@@ -24,6 +24,7 @@ from gangscale.flags import RunFlags
 from gangscale.kube.lease import LeaseConfig, LeaseElector
 from gangscale.observe.metrics import Metrics
 from gangscale.observe.server import ObserveServer
+from gangscale.providers.aws import AwsProvider
 from gangscale.providers.base import NodePoolProvider, ProviderError, unfenced
 from gangscale.providers.gke.provider import GkeProvider, endpoints_from
 from gangscale.providers.simulated import SimulatedProvider
@@ -31,7 +32,7 @@ from gangscale.providers.simulated import SimulatedProvider
 __all__ = ["RunOptions", "StartupError", "serve", "user_agent"]
 
 log = logging.getLogger(__name__)
-PROVIDERS = ("simulated", "gke")
+PROVIDERS = ("simulated", "gke", "aws")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class RunOptions:
     #: The gke provider's API base URLs (None: Google's).
     gke_container_endpoint: str | None = None
     gke_compute_endpoint: str | None = None
+    aws_endpoint: str | None = None
     #: Leader election (None: off, this process acts alone).
     lease: LeaseConfig | None = None
     #: The namespace gangscale runs in: the gke provider's queued-provisioning requests are made there.
@@ -79,7 +81,8 @@ class RunOptions:
         return cls(pool_file=pool_file, settings=settings, provider=flags.provider, kubeconfig=flags.kubeconfig,
                    context=flags.context, metrics_host=flags.metrics_host, metrics_port=flags.metrics_port,
                    duration=flags.duration, gke_container_endpoint=flags.gke_container_endpoint,
-                   gke_compute_endpoint=flags.gke_compute_endpoint, lease=lease, namespace=pod_namespace())
+                   gke_compute_endpoint=flags.gke_compute_endpoint, aws_endpoint=flags.aws_endpoint, lease=lease,
+                   namespace=pod_namespace())
 
 
 async def serve(options: RunOptions) -> int:
@@ -94,7 +97,10 @@ async def serve(options: RunOptions) -> int:
     fence = elector.valid if elector is not None else unfenced
     cloud_http = None
     provider: NodePoolProvider
-    if options.provider == "gke":
+    if options.provider == "aws":
+        provider = AwsProvider(options.pool_file.pools, clock, fence=fence,
+                               user_agent=user_agent("gangscale", options.lease), endpoint_url=options.aws_endpoint)
+    elif options.provider == "gke":
         provider = GkeProvider(options.pool_file.pools, clock, fence=fence,
                                user_agent=user_agent("gangscale", options.lease), kube=http,
                                namespace=options.namespace,

@@ -86,7 +86,7 @@ def test_values_come_from_the_command_line_else_the_environment_else_the_default
     ([], {"GANGSCALE_EXPIRY": "inf"}, "GANGSCALE_EXPIRY='inf': not a duration"),
     (["--booking-ttl", "999999999999"], {}, "--booking-ttl='999999999999': more than 3650d (10 years)"),
     ([], {"GANGSCALE_CLASSES": " , "}, "GANGSCALE_CLASSES=' , ': names no ProvisioningRequest class"),
-    ([], {"GANGSCALE_PROVIDER": "aws"}, "GANGSCALE_PROVIDER='aws': not one of simulated, gke"),
+    ([], {"GANGSCALE_PROVIDER": "azure"}, "GANGSCALE_PROVIDER='azure': not one of simulated, gke, aws"),
     ([], {"GANGSCALE_LOG_LEVEL": "loud"}, "GANGSCALE_LOG_LEVEL='loud': not a log level"),
     (["--for", "later"], {}, "--for='later': not a duration"),
 ], ids=["dry-run-on", "ray-gcs-yes", "port-abc", "port-range", "cli-port", "duration", "negative", "infinite",
@@ -154,7 +154,7 @@ def test_a_run_without_a_provider_is_refused_naming_the_choices(pools: Path) -> 
     Node objects (issue 26)."""
     done = _gangscale("run", "--config", str(pools), "--kubeconfig", "/nonexistent")
     assert done.returncode == 2
-    assert done.stderr == ("gangscale run: --provider (or GANGSCALE_PROVIDER) is required: gke, or simulated (a "
+    assert done.stderr == ("gangscale run: --provider (or GANGSCALE_PROVIDER) is required: gke, aws, or simulated (a "
                            "pretend cloud for test clusters and the demo: it creates Node objects)\n")
 
 

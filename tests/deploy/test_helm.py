@@ -42,6 +42,8 @@ RENDERS: dict[str, tuple[Callable[[], list[JSON]], Features]] = {
                           {"ray": True, "dry_run": False, "live_sim": True, "secrets": {"ray-a", "ray-b"}}),
     "helm-gke-live": (lambda: helm.template(*helm.values_file("gke-live.yaml")),
                       {"ray": False, "dry_run": False, "live_sim": False, "secrets": set()}),
+    "helm-aws-live": (lambda: helm.template(*helm.values_file("aws-live.yaml")),
+                      {"ray": False, "dry_run": False, "live_sim": False, "secrets": set()}),
 }
 
 
@@ -186,7 +188,7 @@ def test_all_features_render_what_the_values_ask_for() -> None:
     (["replicaCount=2", "leaderElection.enabled=false"], "leaderElection.enabled is false"),
     (["ray.gcs.enabled=true"], "ray.gcs.secretsClusterWide: true"),
     (["ray.gcs.enabled=true", "ray.gcs.namespaces={a}", "ray.gcs.secretsClusterWide=true"], "choose one"),
-    (["provider=aws"], "provider"),
+    (["provider=azure"], "provider"),
     (["podDisruptionBudget.minAvailable=1"], "exactly one of maxUnavailable and minAvailable"),
 ])
 def test_inconsistent_values_fail_rendering_with_a_clear_message(sets: list[str], message: str) -> None:

@@ -25,6 +25,7 @@ from gangscale.kube.transport import KubeHTTP
 from gangscale.model.catalog import CATALOG, MachineType
 from gangscale.sim.aws import actions as A
 from gangscale.sim.aws import model
+from gangscale.sim.aws.eks import EksFake, signed_service
 from gangscale.sim.aws.engine import Engine
 from gangscale.sim.aws.faults import Ec2Faults, Exchange, Hold
 from gangscale.sim.aws.fleet import create_fleet
@@ -76,6 +77,8 @@ class FakeEc2:
         #: Calls to hold (crash tests).
         self.holds: list[Hold] = []
         self.nodes = Ec2NodeWorker(kube, clock if heartbeats else None)
+        #: EKS's node groups and their Auto Scaling groups, on the same port (``gangscale pools --from-eks``).
+        self.eks = EksFake(region)
         self._poke = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
@@ -220,6 +223,13 @@ class FakeEc2:
     # --- requests -----------------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        # One port serves the three APIs a client reaches by endpoint_url: EKS (rest-json, under /clusters), and
+        # Auto Scaling and EC2 (both query protocol on POST /, told apart by the credential scope's service).
+        if request.path.startswith("/clusters"):
+            self.eks.now = self.clock.now()
+            return await self.eks.handle(request)
+        if signed_service(request) == "autoscaling":
+            return await self.eks.handle_autoscaling(request)
         form = {k: str(v) for k, v in (await request.post()).items()} if request.method == "POST" else {}
         form.update({k: v for k, v in request.query.items() if k not in form})
         action = form.get("Action", "")

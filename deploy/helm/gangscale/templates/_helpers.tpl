@@ -52,8 +52,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail (printf "replicaCount is %d but leaderElection.enabled is false: every replica would act. Turn leader election on or set replicaCount: 1." (int .Values.replicaCount)) }}
 {{- end }}
-{{- if not (has .Values.provider (list "simulated" "gke")) }}
-{{- fail (printf "provider must be simulated or gke, not %q" .Values.provider) }}
+{{- if not (has .Values.provider (list "simulated" "gke" "aws")) }}
+{{- fail (printf "provider must be simulated, gke or aws, not %q" .Values.provider) }}
 {{- end }}
 {{- if and (include "gangscale.rayGcs" .) (not .Values.ray.gcs.namespaces) (not .Values.ray.gcs.secretsClusterWide) }}
 {{- fail "ray.gcs.enabled needs the namespaces whose RayClusters' auth Secrets gangscale may read (ray.gcs.namespaces), or ray.gcs.secretsClusterWide: true to grant secrets get in every namespace" }}
