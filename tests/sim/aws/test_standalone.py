@@ -5,23 +5,35 @@ from __future__ import annotations
 import asyncio
 
 from gangscale.clock import ManualClock
+from gangscale.config import parse_pool_yaml
 from gangscale.model.nodepool import NodePool
-from gangscale.model.resources import ResourceList
 from gangscale.sim.aws import FakeEc2
 from gangscale.sim.aws.nodes import parse_user_data
 from gangscale.sim.aws.standalone import serve, set_up
 
-AWS = {"region": "us-east-1", "cluster": "my-eks", "launchTemplate": "lt-0123456789abcdef0",
-       "subnet": "subnet-0abc", "nodeGroup": "gpu-ng"}
+#: Read as the CLI reads it (config.parse_pool_yaml), so the aws sections are what the config makes of the file: a
+#: reservation's id reaches them from ``reservation.name`` (a hand-built section once hid that mismatch).
+POOLS = """\
+nodePools:
+  - name: gpu
+    machineType: p5.48xlarge
+    zone: us-east-1a
+    maxUnits: 16
+    labels: {team: ml}
+    aws: {region: us-east-1, cluster: my-eks, launchTemplate: lt-0123456789abcdef0, subnet: subnet-0abc,
+          nodeGroup: gpu-ng}
+  - name: cpu
+    machineType: m5.large
+    zone: us-east-1b
+    maxUnits: 4
+    capacityType: reservation
+    reservation: {name: cr-0abc, nodes: 3}
+    aws: {region: us-east-1, cluster: my-eks, launchTemplate: cpu-lt, subnet: subnet-0def}
+"""
 
 
 def pools() -> list[NodePool]:
-    return [NodePool("gpu", ResourceList(cpu=1000), 16, labels={"team": "ml"}, zone="us-east-1a",
-                     machine_type="p5.48xlarge", provider={"aws": AWS}),
-            NodePool("cpu", ResourceList(cpu=1000), 4, zone="us-east-1b", machine_type="m5.large",
-                     capacity_type="reservation", reservation_nodes=3,
-                     provider={"aws": {**AWS, "launchTemplate": "cpu-lt", "subnet": "subnet-0def",
-                                       "nodeGroup": "", "capacityReservation": "cr-0abc"}})]
+    return list(parse_pool_yaml(POOLS).pools)
 
 
 def test_set_up_makes_what_the_pools_name(clock: ManualClock) -> None:
@@ -32,7 +44,7 @@ def test_set_up_makes_what_the_pools_name(clock: ManualClock) -> None:
     gpu = ec2.state.template("lt-0123456789abcdef0")
     assert gpu is not None
     labels, taints = parse_user_data(str(gpu.versions[1]["UserData"]))
-    assert labels == {"team": "ml", "eks.amazonaws.com/nodegroup": "gpu-ng",
+    assert labels == {"team": "ml", "gangscale.io/node-pool": "gpu", "eks.amazonaws.com/nodegroup": "gpu-ng",
                       "eks.amazonaws.com/capacityType": "ON_DEMAND"} and taints == []
     cpu = ec2.state.template("cpu-lt")
     assert cpu is not None and parse_user_data(str(cpu.versions[1]["UserData"]))[0] == {
