@@ -527,9 +527,49 @@ def test_a_new_node_the_cloud_takes_back_releases_the_scale_up_at_once() -> None
                                                           "message": "node is shutting down"}]}
     assert t.run(30, nodes={first: going}) == ["release ns/a", "write ns/a"]
     message = t.st("ns/a").conditions[C.PROVISIONED].message
-    assert message.startswith(f"the cloud is taking back new on-demand node {first} (node is shutting down) before "
-                              "every new node was Ready; every unit of the scale-up is released")
+    assert message.startswith(f"the cloud is taking back on-demand node {first} (node is shutting down) of the "
+                              "scale-up's plan before every new node was Ready; every unit of the scale-up is released")
     assert ("Warning", "ScaleUpReclaimed", message) in t.source.told
+
+
+def zoned(name: str) -> dict[str, Any]:
+    """A free node in the pool's zone, where a gang that also needs new nodes may use it."""
+    free = node(name)
+    free["metadata"]["labels"]["topology.kubernetes.io/zone"] = POOL.zone
+    return free
+
+
+def shutting_down(name: str) -> dict[str, Any]:
+    going = zoned(name)
+    going["status"] = {**going["status"], "conditions": [{"type": "Ready", "status": "False",
+                                                          "message": "node is shutting down"}]}
+    return going
+
+
+@pytest.mark.parametrize(("change", "event", "start"), [
+    (shutting_down, "ScaleUpReclaimed", "the cloud is taking back on-demand node n1 (node is shutting down) of the "
+                                        "scale-up's plan before every new node was Ready"),
+    (lambda name: None, "ScaleUpNodesLost", "existing nodes the scale-up's plan counts on were removed before every "
+                                            "new node was Ready: n1"),
+], ids=["reclaimed", "removed"])
+def test_an_existing_node_the_plan_counts_on_lost_while_the_new_ones_come_up_releases_the_scale_up(
+        change: Any, event: str, start: str) -> None:
+    """Chaos seed 19001: the plan put one pod on a free node and one on a new node; the free node was reclaimed while
+    the new one came up, and the request was marked Provisioned on a plan that no longer held. Now the scale-up is
+    released and the request planned again; never Provisioned."""
+    t = Table(Settings(batch_idle=0.0, batch_max=0.0, max_node_provision_time=900.0))
+    t.run(nodes={"n1": zoned("n1")})
+    t.request("ns/a", pods=2, cpu="12")
+    t.run()
+    decision = t.st("ns/a").decision
+    assert decision is not None and [p.node for p in decision.placements] == ["n1"]
+    t.answer("scale-up ns/a", obtained(t, "ns/a"))
+    t.run(1)
+    assert t.run(2, nodes={"n1": change("n1"), **new_nodes(t, "ns/a")}) == ["release ns/a", "write ns/a"]
+    assert t.provisioned("ns/a") == ("False", C.R_NOT_FOUND)
+    message = t.st("ns/a").conditions[C.PROVISIONED].message
+    assert message.startswith(start)
+    assert ("Warning", event, message) in t.source.told
 
 
 @pytest.mark.parametrize("failure", [

@@ -286,11 +286,20 @@ def provisioning(st: RequestState, ctx: Context, acts: Actions) -> None:
                "request re-planned once they are gone")
         abandon(st, nodes, why, "ScaleUpIncomplete", ctx.now, acts)
         return
-    if taken := going_away(ctx.world, nodes):
-        # A new spot node reclaimed while the others come up: waiting out the provisioning deadline for it is waste.
-        why = (f"the cloud is taking back new {described(taken)} before every new node was Ready; every unit of "
-               "the scale-up is released and the request re-planned once they are gone")
+    # The existing nodes the plan counts on too (chaos seed 19001: one reclaimed while the new ones came up, and the
+    # request was marked Provisioned on a plan that no longer held).
+    existing = sorted({p.node for p in st.decision.placements}) if st.decision is not None else []
+    if taken := going_away(ctx.world, [*nodes, *existing]):
+        # A spot node reclaimed while the new ones come up: waiting out the provisioning deadline for it is waste.
+        why = (f"the cloud is taking back {described(taken)} of the scale-up's plan before every new node was Ready; "
+               "every unit of the scale-up is released and the request re-planned once they are gone")
         abandon(st, nodes, why, "ScaleUpReclaimed", ctx.now, acts)
+        return
+    if lost := [node for node in existing if not ctx.world.node_present(node)]:
+        why = (f"existing nodes the scale-up's plan counts on were removed before every new node was Ready: "
+               f"{', '.join(lost[:10])}; every unit of the scale-up is released and the request re-planned once "
+               "they are gone")
+        abandon(st, nodes, why, "ScaleUpNodesLost", ctx.now, acts)
         return
     ready = [name for name in nodes if ctx.world.node_ready(name)]
     st.ready_seen.update(ready)
