@@ -11,7 +11,7 @@ from gangscale.controller.logic import conditions as C
 from gangscale.controller.logic.backoffs import PoolBackoffs
 from gangscale.controller.logic.bookings import consumed_on, live_bookings, planned_booking
 from gangscale.controller.logic.holdings import Holding, inflight_by_pool, pool_states, snapshot, unit_count
-from gangscale.controller.logic.rebook import rebuilt_booking
+from gangscale.controller.logic.rebook import rebuild
 from gangscale.controller.logic.reconcile import WARNING
 from gangscale.controller.logic.request import RequestState
 from gangscale.controller.logic.unneeded import broken_units
@@ -82,9 +82,20 @@ def rebook(lost: Sequence[RequestState], sources: Mapping[str, GangSource], view
         own = [view.nodes[name].state for token in sorted(tokens) for name in sorted(view.nodes_of(token))
                if not view.nodes[name].deleting]
         consumed = consumed_on((p.node, p.requests) for p in source.consumers(st))
-        st.booking = rebuilt_booking(gang, own, consumed, replace(snapshot, bookings=tuple(bookings)),
-                                     {step.pool for step in st.record.steps}, now, policy,
-                                     taken=rebuilt_on - own_nodes[st.key], recorded=st.record.nodes)
+        st.booking, whole = rebuild(gang, own, consumed, replace(snapshot, bookings=tuple(bookings)),
+                                    {step.pool for step in st.record.steps}, now, policy,
+                                    rebuilt_on - own_nodes[st.key], st.record.nodes)
+        if not whole and (gone := lost_for_good(st, view)):
+            # The gang no longer fits what is left of its capacity, and nodes it was booked on are gone or being
+            # reclaimed: Kueue is told, and the existing nodes the plan used are held with the rest until that is
+            # written (chaos seed 19033: a slice half reclaimed while no leader could write was removed as "missing
+            # hosts" while still promised).
+            st.booking = {**{name: view.nodes[name].state.allocatable for name in st.record.nodes
+                             if name in view.nodes}, **st.booking}
+            message = (f"after a restart its booking could not be made again: booked nodes are gone or being "
+                       f"reclaimed: {', '.join(gone[:10])}" + (f" and {len(gone) - 10} more" if len(gone) > 10 else ""))
+            st.set(C.CAPACITY_REVOKED, True, C.R_NODE_REMOVED, message, rfc3339(now))
+            st.event(WARNING, "CapacityRevoked", message)
         bookings.extend(live_bookings(st.key, st.booking, consumed, view.nodes))
     if not on_free:
         return
@@ -101,6 +112,16 @@ def rebook(lost: Sequence[RequestState], sources: Mapping[str, GangSource], view
                        f"{summarize(decision)}")
             st.set(C.CAPACITY_REVOKED, True, C.R_BOOKING_LOST, message, rfc3339(now))
             st.event(WARNING, "CapacityRevoked", message)
+
+
+def lost_for_good(st: RequestState, view: ClusterView) -> list[str]:
+    """The nodes a Provisioned request's booking stood on that are gone or under a reclaim notice: the existing nodes
+    its plan used (the record's) and its own new nodes the provider still reported (``booking_seen``, seeded by
+    recovery)."""
+    assert st.record is not None
+    names = sorted({*st.record.nodes, *st.booking_seen})
+    return [name for name in names
+            if (info := view.nodes.get(name)) is None or info.deleting or info.readiness.notice]
 
 
 @dataclass(frozen=True)

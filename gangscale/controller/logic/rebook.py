@@ -56,20 +56,29 @@ def rebuilt_booking(gang: Gang | None, own: Iterable[NodeState], consumed: Mappi
     ``taken`` are nodes that other requests' bookings are being rebuilt on; ``recorded`` are the existing nodes
     the scale-up's record says the plan used.
     """
+    return rebuild(gang, own, consumed, snapshot, pools, now, policy, taken, recorded)[0]
+
+
+def rebuild(gang: Gang | None, own: Iterable[NodeState], consumed: Mapping[str, ResourceList],
+            snapshot: Snapshot, pools: Iterable[str], now: float, policy: Policy,
+            taken: Collection[str] = (), recorded: Collection[str] = ()) -> tuple[Booked, bool]:
+    """:func:`rebuilt_booking`, and whether it holds the gang whole (True without a gang: nothing to tell)."""
     mine = [as_booked_for(node, consumed.get(node.name, EMPTY)) for node in own]
     held: Booked = {node.name: node.allocatable for node in mine}
-    if gang is None or not mine:
-        return held
+    if gang is None:
+        return held, True
+    if not mine:
+        return held, False
     alone = plan(Snapshot((), tuple(mine), ()), [gang], now, policy)[0]
     if alone.outcome is Outcome.FITS:
-        return {**held, **planned_booking(gang, alone, {})}
+        return {**held, **planned_booking(gang, alone, {})}, True
     names, used = set(held) | set(taken), set(pools)
     others = [node for node in snapshot.nodes
               if node.name not in names and (node.pool in used or node.name in recorded)]
     wider = _fewest_others(gang, mine, others, snapshot, now, policy)
     if wider is not None:
-        return {**held, **planned_booking(gang, wider, {})}
-    return held
+        return {**held, **planned_booking(gang, wider, {})}, True
+    return held, False
 
 
 def _fewest_others(gang: Gang, mine: list[NodeState], others: list[NodeState], snapshot: Snapshot, now: float,
