@@ -123,9 +123,11 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
                       help="also draw the runs as an SVG picture in FILE: each workload's queued/waiting/running "
                            "bars and each pool's nodes over simulated minutes, the baseline under gangscale on "
                            "the same time axis with --baseline (SVG only: a .png name is refused)")
-    demo.add_argument("--provider", choices=("simulated", "gke"), default="simulated",
-                      help="gangscale's node-pool provider: simulated, or gke against the fake GKE and Compute "
-                           "control plane (each pool becomes a GKE pool; not with --baseline)")
+    demo.add_argument("--provider", choices=("simulated", "gke", "aws"), default="simulated",
+                      help="gangscale's node-pool provider: simulated, gke against the fake GKE and Compute "
+                           "control plane (each pool becomes a GKE pool), or aws against the fake EC2 (each pool "
+                           "becomes an EKS pool of EC2 instances; TPU hosts become 4-GPU instances); not with "
+                           "--baseline")
     demo.add_argument("--quiet", action="store_true",
                       help="print only the tables: no timelines and no progress. Progress otherwise goes to "
                            "stderr while a run goes: one status line rewritten in place when stderr is a "

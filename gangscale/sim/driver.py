@@ -30,7 +30,7 @@ import contextlib
 import heapq
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,12 +42,17 @@ from gangscale.kube.client import make_http
 from gangscale.kube.transport import KubeHTTP
 from gangscale.model.nodepool import NodePool
 from gangscale.observe.metrics import Metrics
+from gangscale.providers.aws import AwsProvider
 from gangscale.providers.base import NodePoolProvider
 from gangscale.providers.gke.auth import StaticToken
 from gangscale.providers.gke.client import Endpoints
 from gangscale.providers.gke.provider import GkeProvider
 from gangscale.providers.simulated import SimulatedProvider
+from gangscale.sim import awsdemo
 from gangscale.sim.apiserver import EmbeddedAPIServer
+from gangscale.sim.aws import FakeEc2
+from gangscale.sim.aws.standalone import region_of_pools
+from gangscale.sim.aws.standalone import set_up as set_up_ec2
 from gangscale.sim.gcp import FakeGcp
 from gangscale.sim.gcp.standalone import project_of, set_up
 from gangscale.sim.gkedemo import Capacity, configure
@@ -64,6 +69,8 @@ POLL_SECONDS = 0.002
 #: Rounds at one instant before the driver gives up waiting for a fixed point (a guard against a component
 #: that writes on every call; it is logged, and time moves on).
 MAX_ROUNDS = 60
+#: The demo's AWS access key and secret (the fake EC2 checks a signature's scope, not its bytes).
+DEMO_KEYS = ("AKIDGANGSCALEDEMO", "demo-secret-key")
 
 
 @dataclass(order=True)
@@ -87,6 +94,9 @@ class SimCluster:
     #: the scenario's stock per pool folded into it.
     gcp: FakeGcp | None = None
     capacity: Capacity | None = None
+    #: The fake EC2, when the run uses the aws provider (:meth:`start_aws_provider`), and the scenario's stock.
+    ec2: FakeEc2 | None = None
+    aws_capacity: awsdemo.Capacity | None = None
     controller: Controller | None = None
     #: The emulators' shared informer cache (:meth:`cache`), once one asked for it.
     informers: Informers | None = None
@@ -130,6 +140,21 @@ class SimCluster:
         provider = GkeProvider(self.pools, self.clock, tokens=StaticToken(gcp.token),
                                endpoints=Endpoints(container=gcp.url, compute=f"{gcp.url}/compute/v1"),
                                kube=await self.client("gangscale"), namespace="default")
+        self.provider = provider
+        await provider.start()
+        return provider
+
+    async def start_aws_provider(self, hosts: Mapping[str, int] | None = None) -> AwsProvider:
+        """The aws provider against the fake EC2, both on this cluster's clock, with static keys (the fake reads the
+        signature's scope, not its bytes); the pools need aws blocks (:mod:`gangscale.sim.awsdemo`), ``hosts`` the
+        instances per scenario unit."""
+        ec2 = FakeEc2(self.clock, await self.client("eks-kubelets"), region=region_of_pools(self.pools))
+        set_up_ec2(ec2, self.pools)
+        self.aws_capacity = awsdemo.configure(ec2, self.pools, hosts)
+        await ec2.start()
+        self.ec2 = ec2
+        provider = AwsProvider(self.pools, self.clock, endpoint_url=ec2.url, credentials=DEMO_KEYS,
+                               user_agent="gangscale")
         self.provider = provider
         await provider.start()
         return provider
@@ -244,6 +269,9 @@ class SimCluster:
         if self.gcp is not None:
             gcp = self.gcp
             parts.append(("fake GCP", lambda: gcp.quiet))
+        if self.ec2 is not None:
+            ec2 = self.ec2
+            parts.append(("fake EC2", lambda: ec2.nodes.pending == 0))
         if self.informers is not None:
             # A round must start from caches that hold every write of the last one.
             parts.append(("emulators' cache", self.informers.current))
@@ -266,6 +294,8 @@ class SimCluster:
             await self.provider.aclose()
         if self.gcp is not None:
             await self.gcp.stop()
+        if self.ec2 is not None:
+            await self.ec2.aclose()
         for http in self._clients:
             await http.api_client.close()
         self._clients.clear()

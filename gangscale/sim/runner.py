@@ -21,7 +21,9 @@ from gangscale.config import parse_pool_file
 from gangscale.controller.logic.settings import Settings
 from gangscale.kube.errors import ApiError
 from gangscale.kube.transport import Resource
+from gangscale.providers.base import NodePoolProvider
 from gangscale.providers.simulated import SimulatedProvider
+from gangscale.sim import awsdemo
 from gangscale.sim.baseline import PerPodAutoscaler
 from gangscale.sim.driver import Action, SimCluster, sim_cluster
 from gangscale.sim.gkedemo import gke_pool_specs
@@ -40,7 +42,7 @@ JSON = dict[str, Any]
 
 GANGSCALE = "gangscale"
 BASELINE = "baseline"
-SIMULATED, GKE = "simulated", "gke"
+SIMULATED, GKE, AWS = "simulated", "gke", "aws"
 
 #: The controller's batch window in the demo: the defaults (1 s idle, 10 s max) unless the scenario says.
 #: The simulated Ray clusters have no head process, so there is no GCS to read: Ray demand comes from the
@@ -80,27 +82,42 @@ async def run_scenario(scenario: Scenario, *, mode: str = GANGSCALE, speed: floa
                        workdir: Path | None = None, provider: str = SIMULATED,
                        watcher: Callable[[SimCluster], Coroutine[Any, Any, None]] | None = None) -> RunResult:
     """Run ``scenario``; ``provider`` ``gke`` runs gangscale's gke provider against the fake GKE control plane
-    (:mod:`gangscale.sim.gkedemo`) instead of the simulated provider. ``watcher`` (the demo's progress line)
+    (:mod:`gangscale.sim.gkedemo`), ``aws`` its aws provider against the fake EC2 (:mod:`gangscale.sim.awsdemo`: TPU
+    workloads ask for GPUs there), instead of the simulated provider. ``watcher`` (the demo's progress line)
     runs beside the scenario on the live cluster and is cancelled when the run ends."""
-    if provider == GKE and mode == BASELINE:
+    if provider != SIMULATED and mode == BASELINE:
         raise ValueError("the baseline autoscaler runs only on the simulated provider")
-    pools = scenario.pools() if provider == SIMULATED else \
-        parse_pool_file({"nodePools": gke_pool_specs(scenario.node_pools)}).pools
+    hosts: dict[str, int] = {}
+    if provider == AWS:
+        hosts = awsdemo.hosts_per_unit(scenario.node_pools)
+        pools = parse_pool_file({"nodePools": awsdemo.aws_pool_specs(scenario.node_pools)}).pools
+        scenario = awsdemo.aws_scenario(scenario)
+    elif provider == GKE:
+        pools = parse_pool_file({"nodePools": gke_pool_specs(scenario.node_pools)}).pools
+    else:
+        pools = scenario.pools()
     with tempfile.TemporaryDirectory(prefix="gangscale-demo-") as tmp:
         async with sim_cluster(workdir or Path(tmp), pools) as sim:
             watching = None if watcher is None else asyncio.create_task(watcher(sim), name="scenario watcher")
             try:
-                return await _run(sim, scenario, mode, speed, provider)
+                return await _run(sim, scenario, mode, speed, provider, hosts)
             finally:
                 if watching is not None:
                     await cancel_and_wait((watching,))
 
 
-async def _run(sim: SimCluster, scenario: Scenario, mode: str, speed: float | None, provider_name: str) -> RunResult:
+async def _run(sim: SimCluster, scenario: Scenario, mode: str, speed: float | None, provider_name: str,
+               hosts: dict[str, int]) -> RunResult:
     start = sim.now
     for obj in kueue_objects(scenario, baseline=mode == BASELINE):
         await _create(sim, obj)
-    provider = await (sim.start_provider() if provider_name == SIMULATED else sim.start_gke_provider())
+    provider: NodePoolProvider
+    if provider_name == AWS:
+        provider = await sim.start_aws_provider(hosts)
+    elif provider_name == GKE:
+        provider = await sim.start_gke_provider()
+    else:
+        provider = await sim.start_provider()
     for change in scenario.cloud:
         sim.schedule(start + change.at, f"cloud change in {change.pool}", _cloud_action(sim, change))
     http = await sim.client("kueue-manager")
@@ -154,6 +171,10 @@ def ray_scripts(scenario: Scenario, start: float) -> dict[tuple[str, str], tuple
 def _cloud_action(sim: SimCluster, change: CloudChange) -> Action:
     async def act(now: float) -> None:
         provider = sim.provider
+        if sim.ec2 is not None:
+            _aws_cloud_change(sim, change)
+            sim.timeline.add(now, "cloud", change.pool, _describe(change))
+            return
         if not isinstance(provider, SimulatedProvider):
             _gke_cloud_change(sim, change)
             sim.timeline.add(now, "cloud", change.pool, _describe(change))
@@ -190,6 +211,26 @@ def _gke_cloud_change(sim: SimCluster, change: CloudChange) -> None:
         capacity.set(change.pool, 0)
     if change.provision_seconds is not None:
         gcp.faults.ready_seconds = change.provision_seconds
+
+
+def _aws_cloud_change(sim: SimCluster, change: CloudChange) -> None:
+    """A scenario's cloud change on the fake EC2: the pool's share of its (type, zone, lifecycle) stock, stockouts,
+    a partial grant as one fleet's stock, the time nodes take to turn Ready, and spot reclaims
+    (:mod:`gangscale.sim.awsdemo`)."""
+    ec2, capacity = sim.ec2, sim.aws_capacity
+    assert ec2 is not None and capacity is not None
+    if change.unlimited:
+        capacity.set(change.pool, None)
+    elif change.stock is not None:
+        capacity.set(change.pool, change.stock)
+    if change.stockout is not None:
+        capacity.stockout(change.pool, change.stockout)
+    if change.partial_grant:
+        capacity.partial_grant(change.pool, change.partial_grant)
+    if change.provision_seconds is not None:
+        ec2.faults.ready_seconds = change.provision_seconds
+    if change.reclaim:
+        ec2.reclaim(change.reclaim)
 
 
 def _describe(change: CloudChange) -> str:
