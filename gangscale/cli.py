@@ -222,7 +222,8 @@ def _run(args: argparse.Namespace) -> int:
     blocks = {"gke": "project, location, cluster, mode", "aws": "region, cluster, launchTemplate, subnet"}
     if flags.provider in blocks and \
             (bare := [pool.name for pool in pool_file.pools if flags.provider not in pool.provider]):
-        print(f"gangscale run: --provider {flags.provider} needs a {flags.provider}: block ({blocks[flags.provider]}) "
+        print(f"gangscale run: --provider {flags.provider} needs {'an' if flags.provider == 'aws' else 'a'} "
+              f"{flags.provider}: block ({blocks[flags.provider]}) "
               f"on every pool; {flags.config} has none on {', '.join(bare)}", file=sys.stderr)
         return 2
     try:

@@ -21,7 +21,7 @@ from gangscale.sim.apiserver import EmbeddedAPIServer
 #: a real Ray head, whole demo scenarios. Marked ``slow`` so that ``pytest -m "not slow"`` is a quick loop;
 #: the full suite (CI, ``./dev.sh test``) runs them all.
 SLOW = ("crash/", "ray/", "sim/test_builtin_scenarios.py", "sim/test_ray_scenario.py", "cli/test_run_command.py",
-        "cli/test_run_gke.py", "cli/test_demo_command.py")
+        "cli/test_run_gke.py", "cli/test_run_aws.py", "cli/test_demo_command.py")
 TESTS = Path(__file__).parent
 
 
