@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A fault campaign against real processes: two ``gangscale run`` replicas contending for the leader lease,
-against ``gangscale sim apiserver --control``, with the simulated cloud inside them or (``--provider gke``) the
-``gke`` provider against a fake GKE and Compute Engine (``gangscale.sim.gcp.FakeGcp``) in the harness process.
+against ``gangscale sim apiserver --control``, with the simulated cloud inside them, or (``--provider gke``) the
+``gke`` provider against a fake GKE and Compute Engine (``gangscale.sim.gcp.FakeGcp``) in the harness process, or
+(``--provider aws``) the ``aws`` provider against a fake EC2 (``gangscale.sim.aws.FakeEc2``) in the harness process.
 
-    python hack/chaos.py [--runs 20] [--seed 1] [--provider simulated|gke|both] [--jobs 1] [--fault-seconds 15]
+    python hack/chaos.py [--runs 20] [--seed 1] [--provider simulated|gke|aws|both|all] [--jobs 1] [--fault-seconds 15]
                          [--settle-guard 90] [--reclaims|--no-reclaims] [--keep DIR] [--json FILE]
 
 Run *i* plays the schedule of seed ``seed + i`` (``chaoslib.plan``): gangs (ProvisioningRequests) created and
@@ -13,8 +14,12 @@ simulated provider in each replica start's pool file (stockout, partial grant, l
 never-Ready nodes, latency, and, unless ``--no-reclaims``, spot reclaims of the TPU and GPU pools, which are then
 spot capacity: a node turned NotReady by its notice and deleted a moment later); with gke in the fake cloud's knobs
 (stockouts, lost answers, 503, 429 with Retry-After and HTML 500 answers, slow operations, a slice with a host that
-never turns Ready, never-Ready VMs).
-``--provider both`` takes gke for odd seeds. Then the faults stop, both replicas are rolled onto clean pool files,
+never turns Ready, never-Ready VMs); with aws in the fake EC2's knobs (stockouts, full vCPU quotas, throttling,
+injected error codes of each error class, lost answers, slow answers, held reads, and, unless ``--no-reclaims``,
+spot reclaims of the TPU (Trainium) and GPU pools through the fake's interruption notices). Cloud traffic is judged
+against the cloud's own documents (Google's discovery documents, botocore's EC2 model) and for leadership.
+``--provider both`` takes gke for odd seeds; ``--provider all`` cycles simulated, gke and aws by ``seed % 3``.
+Then the faults stop, both replicas are rolled onto clean pool files,
 and the run waits until everything settles and checks the invariants of ``chaoslib.checks``. One line per run,
 then ``chaos: N/M runs clean``; exit status 1 if any run found a violation. Logs of a run with violations are kept
 (under ``--keep``, or a temporary directory that is printed).
@@ -44,7 +49,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="seed of the first run; run i uses seed+i (default 1)")
     parser.add_argument("--provider", choices=PROVIDERS, default="simulated",
                         help="the replicas' provider: simulated (default), gke (against a fake GKE and Compute Engine "
-                             "in this process), or both (gke for odd seeds, simulated for even ones)")
+                             "in this process), aws (against a fake EC2 in this process), both (gke for odd seeds, "
+                             "simulated for even ones), or all (simulated, gke, aws by seed %% 3)")
     parser.add_argument("--fault-seconds", type=float, default=15.0, help="length of the fault phase (default 15)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs played at the same time, each with its own processes and ports (default 1); the "
@@ -52,8 +58,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--settle-guard", type=float, default=90.0,
                         help="how long the end state may take to settle before the run fails (default 90)")
     parser.add_argument("--reclaims", action=argparse.BooleanOptionalAction, default=True,
-                        help="simulated runs: the TPU and GPU pools are spot and the cloud reclaims their nodes during "
-                             "the fault phase (default: on)")
+                        help="simulated and aws runs: the TPU and GPU pools are spot and the cloud reclaims their "
+                             "nodes during the fault phase (default: on)")
     parser.add_argument("--keep", type=Path, default=None, help="keep every run's logs under this directory")
     parser.add_argument("--json", type=Path, default=None, help="write every run's figures here")
     return parser.parse_args(argv)
@@ -63,17 +69,22 @@ def totals(outcomes: list[Outcome]) -> str:
     def total(attr: str) -> int:
         return sum(int(getattr(o, attr)) for o in outcomes)
 
-    gke = [o for o in outcomes if o.provider == "gke"]
-    if gke:
+    clouds = {name: [o for o in outcomes if o.provider == name] for name in ("gke", "aws")}
+    if any(clouds.values()):
         simulated = sum(o.cloud_faults for o in outcomes if o.provider == "simulated")
-        faults = (f"{total('cloud_faults')} cloud faults ({simulated} in simulated starts' pool files, "
-                  f"{sum(o.cloud_faults for o in gke)} in the fake Google Cloud acting on "
-                  f"{sum(o.cloud_faults_acted for o in gke)} calls or slices) over {total('starts')} process starts")
-        judged = (f"{total('changes_judged')} changes judged ({sum(o.cloud_changes_judged for o in gke)} to the fake "
-                  f"Google Cloud; {total('late_after_pause')} late after a pause), "
-                  f"{sum(o.exchanges_checked for o in gke)} cloud exchanges checked against Google's discovery "
-                  "documents")
-        runs = f"{len(outcomes) - len(gke)} simulated and {len(gke)} gke runs, "
+        fakes = {"gke": ("the fake Google Cloud", "calls or slices", "Google's discovery documents"),
+                 "aws": ("the fake EC2", "calls", "botocore's EC2 model")}
+        shown = [(name, runs, *fakes[name]) for name, runs in clouds.items() if runs]
+        faults = (f"{total('cloud_faults')} cloud faults ({simulated} in simulated starts' pool files, " + ", ".join(
+            f"{sum(o.cloud_faults for o in runs)} in {fake} acting on {sum(o.cloud_faults_acted for o in runs)} {what}"
+            for _, runs, fake, what, _ in shown) + f") over {total('starts')} process starts")
+        judged = (f"{total('changes_judged')} changes judged (" + ", ".join(
+            f"{sum(o.cloud_changes_judged for o in runs)} to {fake}" for _, runs, fake, _, _ in shown)
+            + f"; {total('late_after_pause')} late after a pause), " + ", ".join(
+            f"{sum(o.exchanges_checked for o in runs)} cloud exchanges checked against {model}"
+            for _, runs, _, _, model in shown))
+        runs = f"{sum(1 for o in outcomes if o.provider == 'simulated')} simulated, " + " and ".join(
+            f"{len(runs)} {name}" for name, runs, *_ in shown) + " runs, "
     else:
         faults = f"{total('cloud_faults')} cloud faults over {total('starts')} process starts"
         judged = f"{total('changes_judged')} changes judged ({total('late_after_pause')} late after a pause)"

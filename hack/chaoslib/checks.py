@@ -44,6 +44,9 @@ judged by :func:`leadership` exactly as the API-server changes are (a call the f
 dropped, a lost response, counts as applied). At the end (:func:`cloud_at_the_end`), the cloud holds nothing the
 nodes do not show: every VM of every instance group has its Node, and no node pool gangscale made is left without
 a VM (a failed slice's pool in ERROR, which no Node would reveal).
+
+aws runs: the same from the fake EC2's traffic, against botocore's EC2 model, and its instances at the end
+(``chaoslib.aws``); an EKS Node counts for the request whose token its instance is tagged with.
 """
 
 from __future__ import annotations
@@ -56,7 +59,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaoslib.observe import NS, History, Seen, condition, gang_uid, is_true, node_pool, node_ready, request_claims
+from chaoslib.observe import (
+    NS,
+    History,
+    NodeTokens,
+    Seen,
+    condition,
+    gang_uid,
+    is_true,
+    node_pool,
+    node_ready,
+    request_claims,
+)
 from chaoslib.plan import Gang
 from chaoslib.procs import LOST_LEASE, Start
 
@@ -268,17 +282,19 @@ def named_nodes(message: str) -> set[str]:
 
 
 def at_the_end(requests: list[JSON], nodes: list[JSON], gangs_by_name: Mapping[str, Gang],
-               claims: Mapping[str, str] | None = None, reclaimed: Collection[str] = ()) -> list[str]:
+               claims: Mapping[str, str] | None = None, reclaimed: Collection[str] = (),
+               tokens: NodeTokens | None = None) -> list[str]:
     """Every live request ``Provisioned=True``; one provisioned with new nodes has them all Ready; each
     pool holds exactly the nodes its live requests need, all Ready (a node of a deleted request may serve a request
     that found it free; any more is capacity nobody needs, left after scale-down time). A node without a token
     label counts for the request whose recorded token has its claim (the requests' own records, and ``claims``:
-    those the history saw). A request revoked for a node the cloud reclaimed (``reclaimed``) needs none."""
+    those the history saw); one the cloud recorded a token for (``tokens``, aws), for that token's request. A request
+    revoked for a node the cloud reclaimed (``reclaimed``) needs none."""
     problems: list[str] = []
     known = {**(claims or {}), **request_claims(requests)}
     by_uid: dict[str, list[JSON]] = {}
     for node in nodes:
-        by_uid.setdefault(gang_uid(node, known), []).append(node)
+        by_uid.setdefault(gang_uid(node, known, tokens), []).append(node)
     need_per_pool: dict[str, int] = {}
     for request in sorted(requests, key=lambda r: r["metadata"]["name"]):
         name, uid = request["metadata"]["name"], request["metadata"]["uid"]

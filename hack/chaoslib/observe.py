@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,8 +37,12 @@ from gangscale.model.nodepool import POOL_LABEL
 from gangscale.providers.base import TOKEN_LABEL
 from gangscale.providers.gke import names as gke_names
 from gangscale.providers.simnodes import RECLAIM_AT_ANNOTATION
+from gangscale.sim.aws.nodes import SPOT_ITN_TAINT
 
 JSON = dict[str, Any]
+#: The token of the scale-up that made a node, as the cloud recorded it ("" when it made none): an EKS Node carries
+#: only its launch template's labels, so an aws run reads the token from the instance's tag (``chaoslib.aws``).
+NodeTokens = Callable[[JSON], str]
 NS = "default"
 #: The first 36 characters of a scale-up token are the request's uid (``gangscale.controller.logic.record.step_token``).
 UID_LENGTH = 36
@@ -69,17 +73,23 @@ def node_ready(node: JSON) -> bool:
 
 
 def node_reclaimed(node: JSON) -> bool:
-    return RECLAIM_AT_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {})
+    """The cloud gave the node's instance its interruption notice: the simulated cloud's annotation, or (aws) the
+    taint AWS Node Termination Handler puts on it (``gangscale.sim.aws.nodes``)."""
+    if RECLAIM_AT_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {}):
+        return True
+    return any(t.get("key") == SPOT_ITN_TAINT for t in (node.get("spec") or {}).get("taints") or [])
 
 
 def node_pool(node: JSON) -> str:
     return str(((node.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL, ""))
 
 
-def gang_uid(node: JSON, claims: Mapping[str, str] | None = None) -> str:
+def gang_uid(node: JSON, claims: Mapping[str, str] | None = None, tokens: NodeTokens | None = None) -> str:
     """The uid of the request whose scale-up made the node ("" for a node gangscale did not make, or one whose
-    claim ``claims`` (claim -> request uid, :func:`request_claims`) does not know)."""
-    token = str(((node.get("metadata") or {}).get("labels") or {}).get(TOKEN_LABEL, ""))
+    claim ``claims`` (claim -> request uid, :func:`request_claims`) does not know). ``tokens``: the cloud's record
+    of a node's token, for nodes that carry none (aws)."""
+    token = str(((node.get("metadata") or {}).get("labels") or {}).get(TOKEN_LABEL, "")) or \
+        (tokens(node) if tokens is not None else "")
     if token:
         return token[:UID_LENGTH]
     claim = node_claim(node)
@@ -139,10 +149,18 @@ class History:
     reflectors: list[Reflector] = field(default_factory=list)
     #: claim -> request uid, from every token a request has recorded (:func:`request_claims`).
     claims: dict[str, str] = field(default_factory=dict)
+    #: aws runs: the cloud's record of a node's token (its instance's tag), read when the node's event arrives.
+    tokens: NodeTokens | None = None
+    #: The tokens (simulated runs: the nodes' ``gangscale.io/token`` labels) of the nodes the cloud reclaimed.
+    reclaimed_tokens: set[str] = field(default_factory=set)
 
     def on_node(self, event: ReflectorEvent) -> None:
         obj = event.obj
-        owner = gang_uid(obj)
+        if node_reclaimed(obj) and (token := ((obj.get("metadata") or {}).get("labels") or {}).get(TOKEN_LABEL)):
+            # A restarted leader that finds none of a token's units left revokes naming the token, not the nodes it
+            # never saw (chaos seed 19026): the token is how the end check knows the revocation was the cloud's doing.
+            self.reclaimed_tokens.add(str(token))
+        owner = gang_uid(obj, tokens=self.tokens)
         self.events.append(Seen(rv(obj), "node", event.type, obj["metadata"]["name"],
                                 obj["metadata"].get("uid", ""), node_ready(obj), owner, node_pool(obj),
                                 "" if owner else node_claim(obj), reclaimed=node_reclaimed(obj)))
@@ -163,8 +181,8 @@ class History:
                                 str((obj.get("spec") or {}).get("holderIdentity") or "")))
 
     def reclaimed(self) -> set[str]:
-        """The nodes the cloud reclaimed during the run."""
-        return {e.name for e in self.events if e.kind == "node" and e.reclaimed}
+        """The nodes the cloud reclaimed during the run, and the tokens that made them (where nodes carry them)."""
+        return {e.name for e in self.events if e.kind == "node" and e.reclaimed} | self.reclaimed_tokens
 
     @property
     def complete(self) -> bool:

@@ -4,7 +4,8 @@ What the seed fixes: which gangs are created and deleted when, which replica is 
 (SIGTERM) or paused (SIGSTOP … SIGCONT) when, which API-server faults are injected when, and the cloud faults:
 with the simulated provider, those each successive process start gets in its pool file; with the ``gke`` provider,
 changes to the live fake Google Cloud's knobs at chosen moments (``cloud-fault`` actions, :func:`_gke_fault`),
-drawn from a generator of their own so that a seed's other actions are the same for both providers. What it cannot
+drawn from a generator of their own so that a seed's other actions are the same for every provider; with the
+``aws`` provider, the fake EC2's knobs and spot reclaims, likewise (``chaoslib.awsplan``). What it cannot
 fix: how real processes on a real clock interleave with those moments. A failing seed is re-run with the same
 schedule; the interleaving may differ.
 
@@ -88,7 +89,9 @@ nodePools:
     allocatable: {{cpu: "15", memory: 56Gi, pods: "110"}}
     gke: {{{gke}, {cpu_mode}}}
 """
-PROVIDERS = ("simulated", "gke", "both")
+PROVIDERS = ("simulated", "gke", "aws", "both", "all")
+#: ``--provider all`` cycles through these by seed.
+CYCLE = ("simulated", "gke", "aws")
 
 #: The pod of each shape: one per node of its pool.
 TEMPLATES: dict[str, JSON] = {
@@ -233,15 +236,20 @@ def gke_faults(seed: int, fault_seconds: float = 15.0) -> list[Action]:
 
 
 def provider_of(seed: int, choice: str) -> str:
-    """The provider of the run of ``seed`` under ``--provider choice``: ``both`` takes gke for odd seeds."""
+    """The provider of the run of ``seed`` under ``--provider choice``: ``both`` takes gke for odd seeds, ``all``
+    cycles simulated, gke, aws by the seed (``seed % 3``)."""
     if choice == "both":
         return "gke" if seed % 2 else "simulated"
+    if choice == "all":
+        return CYCLE[seed % len(CYCLE)]
     if choice not in PROVIDERS:
         raise ValueError(f"unknown provider {choice!r}; one of {', '.join(PROVIDERS)}")
     return choice
 
 
-def make_plan(seed: int, fault_seconds: float = 15.0, provider: str = "simulated") -> Plan:
+def make_plan(seed: int, fault_seconds: float = 15.0, provider: str = "simulated", reclaims: bool = True) -> Plan:
+    """The run's schedule. ``reclaims`` matters to aws runs only (their spot reclaims are ``cloud-fault`` actions;
+    the simulated runs' are in their pool files)."""
     rng = random.Random(seed)
     actions: list[Action] = []
     live: list[tuple[float, Gang]] = []
@@ -275,6 +283,10 @@ def make_plan(seed: int, fault_seconds: float = 15.0, provider: str = "simulated
         actions.append(Action(rng.uniform(0, fault_seconds), "api-fault", fault=_api_faults(rng)))
     if provider == "gke":
         actions += gke_faults(seed, fault_seconds)
+    elif provider == "aws":
+        from chaoslib.awsplan import aws_faults  # noqa: PLC0415 (it builds on this module)
+
+        actions += aws_faults(seed, fault_seconds, reclaims)
     actions.sort(key=lambda a: a.at)
     return Plan(seed, fault_seconds, tuple(actions), provider)
 

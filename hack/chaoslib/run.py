@@ -1,4 +1,5 @@
-"""One chaos run: start the API server (and, for a gke run, the fake Google Cloud, ``chaoslib.gcp``) and two
+"""One chaos run: start the API server (and, for a gke run, the fake Google Cloud, ``chaoslib.gcp``; for an aws run,
+the fake EC2, ``chaoslib.aws``) and two
 replicas, play the seed's schedule for the fault phase, stop the faults, roll both replicas onto clean pool files
 (SIGTERM, so the lease is handed over), wait until everything settles, and judge (``chaoslib.checks``)."""
 
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from chaoslib import checks
+from chaoslib.aws import AwsCloud, aws_cloud, instances_at_the_end
+from chaoslib.awsplan import AWS_POD_TEMPLATES
 from chaoslib.gcp import GkeCloud, gke_cloud
 from chaoslib.observe import NS, History, request_log, watching
 from chaoslib.plan import TEMPLATES, Action, Plan, make_plan
@@ -45,11 +48,12 @@ class Outcome:
     leaders: int = 0
     changes_judged: int = 0
     late_after_pause: int = 0
-    #: gke runs: gangscale's exchanges with the fake cloud checked against Google's discovery documents, and its
-    #: changes to the cloud judged for leadership (counted in ``changes_judged`` too).
+    #: gke (aws) runs: gangscale's exchanges with the fake cloud checked against Google's discovery documents
+    #: (botocore's EC2 model), and its changes to the cloud judged for leadership (counted in ``changes_judged`` too).
     exchanges_checked: int = 0
     cloud_changes_judged: int = 0
-    #: gke runs: calls the cloud faults acted on (injected errors, lost answers) and broken slices made.
+    #: gke (aws) runs: calls the cloud faults acted on (injected errors, lost answers; broken slices made, reads
+    #: held).
     cloud_faults_acted: int = 0
     #: Nodes the simulated cloud reclaimed (spot), and requests revoked.
     reclaims: int = 0
@@ -68,11 +72,12 @@ class Outcome:
         cloud = f"cloud faults {self.cloud_faults} over {self.starts} starts, reclaims {self.reclaims} (revoked " \
             f"{self.revoked})" if self.provider == "simulated" else \
             f"cloud faults {self.cloud_faults} ({self.cloud_faults_acted} hits), {self.starts} starts, " \
-            f"cloud exchanges checked {self.exchanges_checked}"
+            f"cloud exchanges checked {self.exchanges_checked}" + \
+            (f", reclaims {self.reclaims} (revoked {self.revoked})" if self.provider == "aws" else "")
         return (f"seed {self.seed} {self.provider}: {verdict}: gangs {self.gangs} (deleted {self.deletes}), kills "
                 f"{self.kills}, terms {self.terms}, pauses {self.pauses}, api faults {self.api_faults_acted} hits of "
                 f"{self.api_faults}, {cloud}, leaders {self.leaders}, changes judged {self.changes_judged}"
-                f"{f' ({self.cloud_changes_judged} to the cloud)' if self.provider == 'gke' else ''}"
+                f"{f' ({self.cloud_changes_judged} to the cloud)' if self.provider != 'simulated' else ''}"
                 f"{f' ({self.late_after_pause} late after a pause)' if self.late_after_pause else ''}, settled in "
                 f"{self.settle_seconds:.1f}s, {self.seconds:.0f}s{note}")
 
@@ -84,7 +89,7 @@ class Run:
     history: History
     replicas: Replicas
     outcome: Outcome
-    cloud: GkeCloud | None = None
+    cloud: GkeCloud | AwsCloud | None = None
     uids: dict[str, str] = field(default_factory=dict)
     background: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -145,10 +150,16 @@ class Run:
     async def end_state(self) -> list[str]:
         requests = (await self.http.request("GET", PROVREQS.path(NS)))["items"]
         nodes = (await self.http.request("GET", NODES.path()))["items"]
+        reclaimed = self.history.reclaimed()
+        if isinstance(self.cloud, AwsCloud):
+            reclaimed |= self.cloud.reclaimed_tokens()
         problems = checks.at_the_end(requests, nodes, checks.by_name(self.plan.gangs()), self.history.claims,
-                                     self.history.reclaimed())
-        if self.cloud is not None:
-            problems += checks.cloud_at_the_end(*self.cloud.groups(), (n["metadata"]["name"] for n in nodes))
+                                     reclaimed, self.history.tokens)
+        names = [n["metadata"]["name"] for n in nodes]
+        if isinstance(self.cloud, GkeCloud):
+            problems += checks.cloud_at_the_end(*self.cloud.groups(), names)
+        elif isinstance(self.cloud, AwsCloud):
+            problems += instances_at_the_end(self.cloud.ec2.instances.values(), names)
         return problems
 
     async def settle(self, guard: float) -> list[str]:
@@ -178,25 +189,31 @@ async def until(predicate: Any, what: str) -> None:
 async def run_once(seed: int, workdir: Path, *, provider: str = "simulated", fault_seconds: float = 15.0,
                    settle_guard: float = 90.0, reclaims: bool = True) -> Outcome:
     started = time.monotonic()
-    plan = make_plan(seed, fault_seconds, provider)
+    plan = make_plan(seed, fault_seconds, provider, reclaims)
     outcome = Outcome(seed, provider, gangs=plan.count("create"))
     async with contextlib.AsyncExitStack() as stack:
         kubeconfig = await stack.enter_async_context(apiserver(workdir))
         http, history = await stack.enter_async_context(watching(str(kubeconfig)))
-        cloud = await stack.enter_async_context(gke_cloud(seed, workdir, kubeconfig)) if provider == "gke" else None
+        cloud: GkeCloud | AwsCloud | None = None
+        if provider == "gke":
+            cloud = await stack.enter_async_context(gke_cloud(seed, workdir, kubeconfig))
+        elif provider == "aws":
+            cloud = await stack.enter_async_context(aws_cloud(workdir, kubeconfig, spot=reclaims))
+            history.tokens = cloud.node_token()
         await _play(plan, workdir, kubeconfig, http, history, cloud, outcome, settle_guard, reclaims)
     outcome.seconds = time.monotonic() - started
     return outcome
 
 
 async def _play(plan: Plan, workdir: Path, kubeconfig: Path, http: KubeHTTP, history: History,
-                cloud: GkeCloud | None, outcome: Outcome, settle_guard: float, reclaims: bool) -> None:
+                cloud: GkeCloud | AwsCloud | None, outcome: Outcome, settle_guard: float, reclaims: bool) -> None:
     seed, fault_seconds = plan.seed, plan.fault_seconds
-    for name, spec in TEMPLATES.items():
+    for name, spec in (AWS_POD_TEMPLATES if isinstance(cloud, AwsCloud) else TEMPLATES).items():
         await http.request("POST", PODTEMPLATES.path(NS), body={
             "apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": {"spec": spec}})
     reaches = SIMULATED if cloud is None else Cloud(cloud.flags(), lambda *_: cloud.pools, cloud.env())
-    # Spot reclaims are the simulated cloud's (the fake Google Cloud has none), from a generator of their own.
+    # Spot reclaims in pool files are the simulated cloud's (the fake Google Cloud has none; the fake EC2's are
+    # cloud-fault actions), from a generator of their own.
     spot = reclaims and cloud is None
     replicas = Replicas(workdir, kubeconfig, faults=random.Random(seed * 7919 + 1), cloud=reaches,
                         identity_rng=random.Random(seed), reclaims=random.Random(seed * 7919 + 3) if spot else None,
@@ -232,8 +249,11 @@ async def _play(plan: Plan, workdir: Path, kubeconfig: Path, http: KubeHTTP, his
         (workdir / "requests.json").write_text(json.dumps(log, indent=0) + "\n")
         if cloud is not None:
             (workdir / "cloud-changes.json").write_text(json.dumps(cloud.traffic.changes, indent=0) + "\n")
-            (workdir / "cloud-calls.txt").write_text("".join(
-                f"{c.time:.6f} {c.method} {c.path} {c.status}\n" for c in cloud.gcp.calls))
+            calls = [f"{c.time:.6f} {c.method} {c.path} {c.status}" for c in cloud.gcp.calls] \
+                if isinstance(cloud, GkeCloud) else \
+                [f"{c.time:.6f} {c.action} {c.status} {c.user_agent} {c.form.get('ClientToken', '')}"
+                 for c in cloud.ec2.calls]
+            (workdir / "cloud-calls.txt").write_text("".join(f"{line}\n" for line in calls))
 
 
 #: At most this many discovery problems are listed per run (the rest are counted).
@@ -267,5 +287,6 @@ def judged(outcome: Outcome, run: Run, log: list[JSON], history: History, starts
         outcome.violations += traffic.problems[:SHOWN_PROBLEMS]
         if len(traffic.problems) > SHOWN_PROBLEMS:
             outcome.violations.append(f"... and {len(traffic.problems) - SHOWN_PROBLEMS} more exchanges that break "
-                                      "Google's discovery documents")
+                                      + ("Google's discovery documents" if isinstance(run.cloud, GkeCloud)
+                                         else "botocore's EC2 model"))
         outcome.violations += run.cloud.kubelet_failures()

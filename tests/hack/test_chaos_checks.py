@@ -503,3 +503,18 @@ def test_at_the_end_the_cloud_holds_nothing_the_nodes_do_not_show() -> None:
     assert cloud_at_the_end(groups, {"gs-0123456789ab-1": 2}, nodes) == []
     assert cloud_at_the_end(groups, {"gs-0123456789ab-1": 2, "gs-0123456789ab-2": 0}, nodes[1:]) == [
         "node pool gpu: VM gs-0123456789ab-0 has no Node", "node pool gs-0123456789ab-2 is left with no VM"]
+
+
+def test_a_reclaimed_nodes_token_excuses_a_revocation_that_names_only_the_token() -> None:
+    """Chaos seed 19026: a leader restarted after the cloud took every unit of a token revokes naming the token (it
+    never saw the nodes); the history keeps the tokens of reclaimed nodes, so the end check knows whose doing it was."""
+    history = History()
+    reclaimed = {"metadata": {"name": "gpu-1-0", "labels": {"gangscale.io/token": "tok-1"},
+                              "annotations": {"simulated.gangscale.io/reclaim-at": "2026-11-28T00:00:00Z"}},
+                 "status": {}}
+    plain = {"metadata": {"name": "gpu-2-0", "labels": {"gangscale.io/token": "tok-2"}}, "status": {}}
+    history.on_node(ReflectorEvent("MODIFIED", reclaimed))
+    history.on_node(ReflectorEvent("ADDED", plain))
+    assert history.reclaimed() == {"gpu-1-0", "tok-1"}
+    message = "after a restart the provider no longer has every unit (the provider has no units under token tok-1)"
+    assert at_the_end([revoked_request("gang-a", A, message)], [], BY_NAME, reclaimed=history.reclaimed()) == []
