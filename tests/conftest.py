@@ -158,3 +158,48 @@ async def wait_for(predicate: Callable[[], Any], *, timeout: float = 5.0, interv
         if loop.time() > deadline:
             pytest.fail("condition not reached before the hang guard expired")
         await asyncio.sleep(interval)
+
+
+class Ec2Traffic:
+    """Every exchange of a fake EC2 during the test, checked against botocore's EC2 model: a request the fake
+    accepted must fit the input shape (one it refused may be wrong on purpose, unless gangscale sent it), and every
+    answer must fit the output shape (XML and the data behind it) or EC2's error envelope."""
+
+    def __init__(self) -> None:
+        self.exchanges = 0
+        self.problems: list[str] = []
+        self.expect_problems = False
+
+    def __call__(self, exchange: Any) -> None:
+        from gangscale.sim.aws.model import (  # noqa: PLC0415
+            answer_problems,
+            operations,
+            request_problems,
+            validate_output,
+        )
+
+        self.exchanges += 1
+        found: list[str] = []
+        if exchange.action in operations() and (exchange.status == 200 or exchange.user_agent.startswith("gangscale")):
+            found += request_problems(exchange.action, exchange.form)
+        if exchange.status and exchange.action in operations():
+            found += answer_problems(exchange.action, exchange.status, exchange.body)
+        if exchange.answer is not None:
+            found += validate_output(exchange.action, exchange.answer)
+        self.problems += [f"{exchange.action} -> {exchange.status}: {p}" for p in found]
+
+
+@pytest.fixture(autouse=True)
+def ec2_traffic() -> Iterator[Ec2Traffic]:
+    """Checks the traffic of every fake EC2 the test runs (see :class:`Ec2Traffic`)."""
+    from gangscale.sim.aws.server import OBSERVERS  # noqa: PLC0415
+
+    traffic = Ec2Traffic()
+    OBSERVERS.append(traffic)
+    try:
+        yield traffic
+    finally:
+        OBSERVERS.remove(traffic)
+    if traffic.problems and not traffic.expect_problems:
+        pytest.fail(f"{len(traffic.problems)} exchange(s) with the fake EC2 break botocore's EC2 model "
+                    f"(of {traffic.exchanges}):\n" + "\n".join(traffic.problems[:10]))

@@ -1,19 +1,19 @@
 """Fixtures for the fake EC2: a started :class:`FakeEc2` on the test's manual clock, a plain aiobotocore EC2 client
-pointed at it (the real SDK's serialisation and signing), and a check of every exchange against botocore's model."""
+pointed at it (the real SDK's serialisation and signing). Every exchange is checked against botocore's model by the
+``ec2_traffic`` fixture of ``tests/conftest.py``, for every test that runs a fake EC2."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import pytest_asyncio
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 
 from gangscale.clock import ManualClock
-from gangscale.sim.aws import OBSERVERS, Exchange, FakeEc2
-from gangscale.sim.aws.model import answer_problems, operations, request_problems, validate_output
+from gangscale.sim.aws import FakeEc2
+from gangscale.sim.aws.model import validate_output
 
 REGION = "us-east-1"
 ZONE = "us-east-1a"
@@ -38,41 +38,6 @@ spec:
 
 --//--
 """
-
-
-class Ec2Traffic:
-    """Every exchange of a fake EC2 during the test, checked against botocore's EC2 model: a request the fake
-    accepted must fit the input shape (one it refused may be wrong on purpose, unless gangscale sent it), and every
-    answer must fit the output shape (XML and the data behind it) or EC2's error envelope."""
-
-    def __init__(self) -> None:
-        self.exchanges = 0
-        self.problems: list[str] = []
-        self.expect_problems = False
-
-    def __call__(self, exchange: Exchange) -> None:
-        self.exchanges += 1
-        found: list[str] = []
-        if exchange.action in operations() and (exchange.status == 200 or exchange.user_agent.startswith("gangscale")):
-            found += request_problems(exchange.action, exchange.form)
-        if exchange.status and exchange.action in operations():
-            found += answer_problems(exchange.action, exchange.status, exchange.body)
-        if exchange.answer is not None:
-            found += validate_output(exchange.action, exchange.answer)
-        self.problems += [f"{exchange.action} -> {exchange.status}: {p}" for p in found]
-
-
-@pytest.fixture(autouse=True)
-def ec2_traffic() -> Iterator[Ec2Traffic]:
-    traffic = Ec2Traffic()
-    OBSERVERS.append(traffic)
-    try:
-        yield traffic
-    finally:
-        OBSERVERS.remove(traffic)
-    if traffic.problems and not traffic.expect_problems:
-        pytest.fail(f"{len(traffic.problems)} exchange(s) with the fake EC2 break botocore's EC2 model "
-                    f"(of {traffic.exchanges}):\n" + "\n".join(traffic.problems[:10]))
 
 
 def set_up(fake: FakeEc2) -> None:

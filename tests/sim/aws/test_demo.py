@@ -20,7 +20,7 @@ from gangscale.sim.runner import AWS, BASELINE, RunResult, run_scenario
 from gangscale.sim.scenario import builtin_names, load_scenario, parse_scenario
 from gangscale.sim.world import FINISHED, RUNNING
 from tests.cli.test_demo_command import tiny_scenario
-from tests.sim.aws.conftest import Ec2Traffic
+from tests.conftest import Ec2Traffic
 from tests.sim.test_builtin_scenarios import assert_gangs_ready_together, at
 
 NS = "default"

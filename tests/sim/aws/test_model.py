@@ -10,7 +10,7 @@ import pytest
 
 from gangscale.sim.aws import FakeEc2
 from gangscale.sim.aws.model import answer_problems, answer_xml, request_problems, validate_output
-from tests.sim.aws.conftest import Ec2Traffic
+from tests.conftest import Ec2Traffic
 
 AUTH = {"Authorization": "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261127/us-east-1/ec2/aws4_request, "
                          "SignedHeaders=host;x-amz-date, Signature=" + "0" * 64,
