@@ -11,7 +11,13 @@ those nodes again. An answer "an instance that is not ours" is kept for good (ta
 has this name" is kept for ``absent_ttl`` seconds (bounded in number) and then asked again.
 
 Private IP addresses, hence names, are reused: when an instance of ours is terminated (by a release, or seen
-terminated in an answer) its name is forgotten, so that a later instance with the same address is not taken for it.
+terminated in an answer) its name is forgotten, so that a later instance with the same address is not taken for it;
+and a name recorded for one instance and then seen for another of ours (a foreign instance's address reused) is told
+to the controller like a name newly found.
+
+EKS names a node by its instance's private DNS name, ``ip-…`` or, in a subnet with resource-based naming, the
+instance id form (``i-09e0ab41a603abb0d.us-east-2.compute.internal``, as aws-ia/terraform-aws-eks-blueprints#1455
+shows ``kubectl get nodes``); the AWS cloud provider supports both (kubernetes/cloud-provider-aws#286).
 """
 
 from __future__ import annotations
@@ -94,12 +100,15 @@ class NodeNames:
                 continue
             tags = tag_values(instance)
             known = Known(instance_id, tags.get(TOKEN_TAG), tags.get(POOL_TAG))
+            before = self.known.get(name)
             self.known[name] = known
             self._absent.pop(name, None)
-            if name in self._unresolved:
-                self._unresolved.discard(name)
-                if known.token is not None:
-                    changed.append(name)
+            # Heard of: a name answered "not known", and a name recorded for another instance before (private
+            # addresses are reused: a foreign instance's name kept for good may come back as one of ours).
+            told = name in self._unresolved or (before is not None and before != known)
+            self._unresolved.discard(name)
+            if told and known.token is not None:
+                changed.append(name)
         if changed and self._reclassify is not None:
             self._reclassify(changed)
 

@@ -96,3 +96,18 @@ async def test_answers_fill_the_map_and_terminated_instances_are_forgotten(clock
     names.record([instance("i-2", "ip-10-0-0-2.ec2.internal", "tok2")])
     names.forget({"i-2"})
     assert names.known == {}
+
+
+async def test_a_foreign_instances_name_reused_by_one_of_ours_is_told(clock: ManualClock) -> None:
+    """A node group's own instance is recorded as not ours for good; its private address can go to an instance a
+    previous leader launched, which a lookup then records: the controller must hear of the name again."""
+    names = NodeNames(clock, Ec2Names())
+    told: list[list[str]] = []
+    names.set_reclassify(lambda changed: told.append(sorted(changed)))
+    names.record([instance("i-theirs", "ip-10-0-0-7.ec2.internal")])
+    names.record([instance("i-theirs", "ip-10-0-0-7.ec2.internal")])  # the same answer again: nothing to tell
+    assert told == []
+    names.record([instance("i-ours", "ip-10-0-0-7.ec2.internal", "tok")])
+    assert told == [["ip-10-0-0-7.ec2.internal"]]
+    known = names.ref("ip-10-0-0-7.ec2.internal", "us-east-1")
+    assert known is not None and (known.instance_id, known.token) == ("i-ours", "tok")
