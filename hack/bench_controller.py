@@ -3,13 +3,15 @@
 
     python hack/bench_controller.py [--counts 200,1000] [--nodes-per-pr 1] [--single 20]
                                     [--apiserver process|inprocess] [--kubeconfig FILE]
-                                    [--batch-idle S] [--json FILE]
+                                    [--provider simulated|gke|aws] [--batch-idle S] [--json FILE]
 
 The API server runs as its own process (``gangscale sim apiserver``), as a kube-apiserver does; the controller
 (``Controller`` with default settings, ``batch_idle`` 1 s) and the simulated cloud (``provisionSeconds: 0``)
 run in this process, with the benchmark's own client. ``--apiserver inprocess`` puts the embedded server in
 this process too (one core for everything); ``--kubeconfig`` points at another server, e.g. a real
-kube-apiserver with the ProvisioningRequest CRD installed.
+kube-apiserver with the ProvisioningRequest CRD installed. ``--provider gke`` and ``--provider aws`` run the same
+pool on the gke provider against ``gangscale sim gcp``, or on the aws provider (one ``p5.48xlarge`` instance per
+PR) against ``gangscale sim aws``, the fake cloud in a process of its own (zero delays).
 
 Two measurements:
 
@@ -21,7 +23,9 @@ Two measurements:
 
 Each PR is one pod set of ``--nodes-per-pr`` pods that each need a whole 8-GPU node, so N·nodes-per-pr nodes
 are made. Also reported: the controller's passes and the time spent in them (``Controller.pass_seconds``),
-the writes per PR by client and kind (counted at the clients), and this process's peak RSS.
+the writes per PR by client and kind (counted at the clients), this process's peak RSS, the CPU seconds of
+each process over the run, and with a real provider its cloud calls per PR by kind (at the provider's client, less
+those of ``start``, shown apart); with aws also ``DescribeInstances`` by filter and the mean time of each call.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import resource
 import signal
 import statistics
@@ -54,6 +59,7 @@ from gangscale.kube.client import make_http  # noqa: E402
 from gangscale.kube.reflector import Reflector, ReflectorEvent  # noqa: E402
 from gangscale.kube.resources import PROVREQS  # noqa: E402
 from gangscale.kube.transport import KubeHTTP  # noqa: E402
+from gangscale.providers.aws import AwsProvider  # noqa: E402
 from gangscale.providers.gke.auth import StaticToken  # noqa: E402
 from gangscale.providers.gke.client import Endpoints  # noqa: E402
 from gangscale.providers.gke.provider import GkeProvider  # noqa: E402
@@ -78,6 +84,19 @@ nodePools:
     maxUnits: 100000
     gke: {project: demo-project, location: us-central1, cluster: bench, mode: resize, nodePool: gpu}
 """
+#: The same pool on the aws provider: one p5.48xlarge instance (8 GPUs) per unit, one instant CreateFleet per PR,
+#: against ``gangscale sim aws`` (zero delays, unlimited stock) in a process of its own.
+AWS_POOLS = """
+nodePools:
+  - name: gpu
+    machineType: p5.48xlarge
+    zone: us-east-1a
+    maxUnits: 100000
+    aws: {region: us-east-1, cluster: bench, launchTemplate: lt-0123456789abcdef0, subnet: subnet-0abc}
+"""
+#: What the fake EC2 takes (it checks no signature's key).
+AWS_KEYS = ("fake-access-key", "fake-secret-key")
+FAKES = {"gke": ("gcp", GKE_POOLS, "fake GCP listening on"), "aws": ("aws", AWS_POOLS, "fake EC2 listening on")}
 TEMPLATE = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "worker"},
             "template": {"spec": {"containers": [{"name": "w", "image": "x",
                                                   "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}
@@ -101,6 +120,41 @@ def call_kind(url: str) -> str:
     verb = collections[-1].split(":", 1)
     return collections[-1] + ("/{id}" if len(ids) == len(collections) else "") if len(verb) == 1 else \
         f"{verb[0]}:{verb[1]}"
+
+
+def count_describes(provider: AwsProvider, kinds: Counter[str], seconds: Counter[str]) -> None:
+    """Count the provider's ``DescribeInstances`` calls by the filter they send (what each one is for), and add
+    up the time of each EC2 call by the same kinds (request to parsed answer, as the provider waits for it)."""
+    for ec2 in provider.clients.values():
+        original = ec2.call
+
+        async def call(operation: str, original: Any = original, **params: Any) -> Any:
+            kind = operation
+            if operation == "DescribeInstances":
+                kind = ",".join(str(f["Name"]) for f in params.get("Filters") or [])
+                kinds[kind] += 1
+            started = time.perf_counter()
+            try:
+                return await original(operation, **params)
+            finally:
+                seconds[kind] += time.perf_counter() - started
+
+        ec2.call = call  # type: ignore[method-assign]
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) of this process and of each child process, by its ``gangscale`` command."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"this process": usage.ru_utime + usage.ru_stime}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path("/proc/self/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                name = " ".join(a.decode() for a in args[3:5]) if args[1:3] == [b"-m", b"gangscale.cli"] else pid
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def resource_of(path: str) -> str:
@@ -172,6 +226,10 @@ class Bench:
     sent: dict[str, float] = field(default_factory=dict)
     done: dict[str, float] = field(default_factory=dict)
     waiters: dict[str, asyncio.Event] = field(default_factory=dict)
+    describes: Counter[str] = field(default_factory=Counter)
+    call_seconds: Counter[str] = field(default_factory=Counter)
+    #: The provider's calls made by ``start`` (those before the controller was ready): once per process.
+    start_calls: Counter[str] = field(default_factory=Counter)
 
     async def __aenter__(self) -> Bench:
         self.clients = [await make_http(self.kubeconfig, user_agent=n) for n in ("bench", "gangscale", "cloud")]
@@ -183,9 +241,14 @@ class Bench:
         if self.provider_name == "gke":
             pools = parse_pool_yaml(GKE_POOLS).pools
             url = await self._start_fake()
-            self.provider: SimulatedProvider | GkeProvider = GkeProvider(
+            self.provider: SimulatedProvider | GkeProvider | AwsProvider = GkeProvider(
                 pools, clock, tokens=StaticToken("fake-token"),
                 endpoints=Endpoints(container=url, compute=f"{url}/compute/v1"))
+        elif self.provider_name == "aws":
+            pools = parse_pool_yaml(AWS_POOLS).pools
+            url = await self._start_fake()
+            self.provider = AwsProvider(pools, clock, endpoint_url=url, credentials=AWS_KEYS)
+            count_describes(self.provider, self.describes, self.call_seconds)
         else:
             pools = parse_pool_yaml(POOLS).pools
             self.provider = SimulatedProvider(cloud_http, pools, clock)
@@ -198,32 +261,41 @@ class Bench:
         await self.watch.synced.wait()
         while not self.controller.ready:  # noqa: ASYNC110 - a plain flag; polling it briefly is enough here
             await asyncio.sleep(0.01)
+        self.start_calls = self.cloud_calls()
+        self.describes.clear()
+        self.call_seconds.clear()
+        self.cpu_at_start = cpu_seconds()
         return self
 
     async def _start_fake(self) -> str:
-        """``gangscale sim gcp`` for the gke pool, registering VMs as Nodes in the benchmark's API server."""
-        pools = Path(self.kubeconfig).parent / "gke-pools.yaml"
-        pools.write_text(GKE_POOLS)
+        """``gangscale sim gcp`` (or ``sim aws``) for the provider's pool, registering VMs as Nodes in the
+        benchmark's API server."""
+        cloud, text, ready = FAKES[self.provider_name]
+        pools = Path(self.kubeconfig).parent / f"{self.provider_name}-pools.yaml"
+        pools.write_text(text)
         self.fake = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gangscale.cli", "sim", "gcp", "--config", str(pools), "--kubeconfig",
+            sys.executable, "-m", "gangscale.cli", "sim", cloud, "--config", str(pools), "--kubeconfig",
             self.kubeconfig, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         assert self.fake.stdout is not None
         while True:
             line = (await asyncio.wait_for(self.fake.stdout.readline(), 30)).decode()
             if not line:
-                raise RuntimeError("gangscale sim gcp exited before serving")
-            if line.startswith("fake GCP listening on"):
+                raise RuntimeError(f"gangscale sim {cloud} exited before serving")
+            if line.startswith(ready):
+                # The fake EC2 prints a line per CreateFleet: read them all as they come.
                 self._drain = asyncio.create_task(self.fake.stdout.read())
                 return line.split()[-1]
 
     def cloud_calls(self) -> Counter[str]:
-        """The provider's calls to the Google APIs by kind (ids left out of the path)."""
-        if not isinstance(self.provider, GkeProvider):
-            return Counter()
+        """The provider's calls to the cloud by kind (Google: ids left out of the path; EC2: the operation), less
+        those of ``start``."""
         kinds: Counter[str] = Counter()
-        for method, url in self.provider.calls:
-            kinds[f"{method} {call_kind(url)}"] += 1
-        return kinds
+        if isinstance(self.provider, GkeProvider):
+            for method, url in self.provider.calls:
+                kinds[f"{method} {call_kind(url)}"] += 1
+        elif isinstance(self.provider, AwsProvider):
+            kinds.update(self.provider.calls)
+        return kinds - self.start_calls
 
     async def __aexit__(self, *exc: object) -> None:
         for task in self.tasks:
@@ -258,11 +330,19 @@ class Bench:
 
     def stats(self, names: list[str]) -> dict[str, Any]:
         lat = self.latencies(names)
+        calls = self.cloud_calls()
+        cpu = cpu_seconds()
         return {"median_s": round(statistics.median(lat), 4), "p90_s": round(lat[int(0.9 * (len(lat) - 1))], 4),
                 "max_s": round(lat[-1], 4), "passes": self.controller.passes,
                 "controller_pass_s": round(self.controller.pass_seconds, 3),
                 "writes_per_pr": {k: round(v / len(names), 2) for k, v in sorted(self.writes.items())},
                 "cloud_calls_per_pr": {k: round(v / len(names), 2) for k, v in sorted(self.cloud_calls().items())},
+                "describe_instances_per_pr_by_filter": {k: round(v / len(names), 2)
+                                                        for k, v in sorted(self.describes.items())},
+                "start_calls": dict(sorted(self.start_calls.items())),
+                "call_mean_ms": {k: round(1000 * v / (calls[k] or self.describes[k]), 1)
+                                 for k, v in sorted(self.call_seconds.items()) if calls[k] or self.describes[k]},
+                "cpu_s": {k: round(v - self.cpu_at_start.get(k, 0.0), 2) for k, v in cpu.items()},
                 "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
@@ -293,16 +373,23 @@ async def burst(kubeconfig: str, count: int, pods: int, batch_idle: float, provi
         return {"mode": "burst", "prs": count, "nodes_per_pr": pods, "wall_s": round(wall, 3), **bench.stats(names)}
 
 
+#: The breakdowns :func:`show` prints under a row, when it has them: (label, key, format of a value).
+DETAILS = (("writes per PR", "writes_per_pr", "{:g}"), ("cloud calls per PR", "cloud_calls_per_pr", "{:g}"),
+           ("DescribeInstances per PR by filter", "describe_instances_per_pr_by_filter", "{:g}"),
+           ("CPU seconds over the run", "cpu_s", "{:.2f}"),
+           ("mean time per EC2 call (DescribeInstances by filter)", "call_mean_ms", "{:g} ms"),
+           ("calls of start (once)", "start_calls", "{}"))
+
+
 def show(row: dict[str, Any]) -> None:
     head = f"{row['prs']:>5} PRs x {row['nodes_per_pr']} node(s) {row['mode']:>6}"
     wall = f"  last after {row['wall_s']:.2f} s" if "wall_s" in row else ""
     print(f"{head}  median {row['median_s'] * 1000:8.1f} ms  p90 {row['p90_s'] * 1000:8.1f} ms  "
           f"max {row['max_s'] * 1000:8.1f} ms{wall}  passes {row['passes']} ({row['controller_pass_s']:.2f} s)  "
           f"peak RSS {row['peak_rss_mib']} MiB", flush=True)
-    print("      writes per PR: " + ", ".join(f"{k} {v:g}" for k, v in row["writes_per_pr"].items()), flush=True)
-    if row["cloud_calls_per_pr"]:
-        print("      cloud calls per PR: " + ", ".join(f"{k} {v:g}" for k, v in row["cloud_calls_per_pr"].items()),
-              flush=True)
+    for label, key, fmt in DETAILS:
+        if row[key]:
+            print(f"      {label}: " + ", ".join(f"{k} {fmt.format(v)}" for k, v in row[key].items()), flush=True)
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -328,8 +415,9 @@ def main() -> int:
     parser.add_argument("--nodes-per-pr", type=int, default=1)
     parser.add_argument("--single", type=int, default=20, help="PRs one after another (0: skip)")
     parser.add_argument("--apiserver", choices=("process", "inprocess"), default="process")
-    parser.add_argument("--provider", choices=("simulated", "gke"), default="simulated",
-                        help="gke: the gke provider against `gangscale sim gcp` (zero delays) in its own process")
+    parser.add_argument("--provider", choices=("simulated", "gke", "aws"), default="simulated",
+                        help="gke: the gke provider against `gangscale sim gcp` (zero delays) in its own process; "
+                             "aws: the aws provider against `gangscale sim aws`, likewise")
     parser.add_argument("--kubeconfig", default=None, help="run against this server instead")
     parser.add_argument("--batch-idle", type=float, default=1.0)
     parser.add_argument("--json", type=Path, default=None)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The controller's memory as its own process: ``gangscale run`` against ``gangscale sim apiserver``.
 
-    python hack/bench_memory.py [--prs 2000] [--nodes 5000] [--json FILE]
+    python hack/bench_memory.py [--prs 2000] [--nodes 5000] [--provider simulated|aws] [--json FILE]
 
 Three processes, as in a cluster: the embedded API server, the controller (``gangscale run --provider
 simulated``, default flags but ``--batch-idle 0``: planning is not what is measured here), and this script,
@@ -10,6 +10,12 @@ a cluster), then creates ``prs`` ProvisioningRequests of one pod needing a whole
 controller makes ``prs`` GPU nodes and ends with ``nodes`` nodes in its view and ``prs`` booked requests. When
 every request is Provisioned it reads the controller's ``VmRSS`` and ``VmHWM`` (peak) from
 ``/proc/<pid>/status``; the RSS is also sampled every 0.5 s during the run.
+
+``--provider aws``: the same pool as an aws pool (one ``p5.48xlarge`` instance per PR), the controller run as
+``gangscale run --provider aws --aws-endpoint URL`` (fake keys in ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``)
+against ``gangscale sim aws`` (zero delays, unlimited stock), a fourth process, whose instances register the GPU
+nodes. The RSS is then the controller's with aiobotocore and an EC2 client loaded, against the simulated cloud's
+nodes and kubelets in the controller's own process with ``--provider simulated``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -40,6 +47,16 @@ nodePools:
     maxUnits: 100000
     simulated: {provisionSeconds: 0}
 """
+AWS_POOLS = """
+nodePools:
+  - name: gpu
+    machineType: p5.48xlarge
+    zone: us-east-1a
+    maxUnits: 100000
+    aws: {region: us-east-1, cluster: bench, launchTemplate: lt-0123456789abcdef0, subnet: subnet-0abc}
+"""
+#: The fake EC2 checks no signature's key; botocore's default chain reads these (the environment comes first).
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "fake-access-key", "AWS_SECRET_ACCESS_KEY": "fake-secret-key"}
 TEMPLATE = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "worker"},
             "template": {"spec": {"containers": [{"name": "w", "image": "x",
                                                   "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}
@@ -74,18 +91,23 @@ def memory(pid: int) -> dict[str, float]:
     return out
 
 
-async def start(*args: str, ready: bytes | None, env_note: str) -> asyncio.subprocess.Process:
-    """Start ``gangscale ARGS``; wait for a line containing ``ready`` (None: do not wait)."""
+async def start(*args: str, ready: bytes | None, env_note: str,
+                env: dict[str, str] | None = None) -> tuple[asyncio.subprocess.Process, str]:
+    """Start ``gangscale ARGS`` (with ``env`` added to this environment); wait for a line containing ``ready``
+    (None: do not wait). Returns the process and the lines read before ``ready``, that line included."""
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gangscale.cli", *args,
+                                                env={**os.environ, **(env or {})},
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     assert proc.stdout is not None
+    seen = []
     while ready is not None:
         line = await asyncio.wait_for(proc.stdout.readline(), 60)
         if not line:
-            raise RuntimeError(f"{env_note} exited early")
+            raise RuntimeError(f"{env_note} exited early: {b''.join(seen).decode()[-2000:]}")
+        seen.append(line)
         if ready in line:
             break
-    return proc
+    return proc, b"".join(seen).decode()
 
 
 async def stop(proc: asyncio.subprocess.Process) -> None:
@@ -100,15 +122,33 @@ async def drain(proc: asyncio.subprocess.Process) -> None:
         pass
 
 
-async def run(prs: int, nodes: int, tmp: Path) -> dict[str, Any]:
-    kubeconfig = tmp / "kubeconfig"
-    pools = tmp / "pools.yaml"
-    pools.write_text(POOLS)
-    server = await start("sim", "apiserver", "--port", "0", "--kubeconfig", str(kubeconfig),
-                         "--watch-window", str(10 * (prs + nodes)), ready=b"stop with Ctrl-C", env_note="apiserver")
+async def start_controller(provider: str, kubeconfig: Path, pools: Path, drains: list[asyncio.Task[None]],
+                           ) -> tuple[asyncio.subprocess.Process | None, asyncio.subprocess.Process]:
+    """``gangscale run --provider PROVIDER`` (and for aws, first ``gangscale sim aws``), their output drained."""
+    fake, flags = None, []
+    if provider == "aws":
+        # The fake EC2 prints a line per CreateFleet: drained like the others.
+        fake, lines = await start("sim", "aws", "--config", str(pools), "--kubeconfig", str(kubeconfig),
+                                  ready=b"stop with Ctrl-C", env_note="gangscale sim aws")
+        drains.append(asyncio.create_task(drain(fake)))
+        url = next(line.split()[-1] for line in lines.splitlines() if line.startswith("fake EC2 listening on"))
+        flags = ["--aws-endpoint", url]
+    controller, _ = await start("run", "--kubeconfig", str(kubeconfig), "--config", str(pools), "--provider",
+                                provider, *flags, "--metrics-port",
+                                "0", "--batch-idle", "0", "--log-level", "warning", "--log-format", "text",
+                                ready=None, env_note="gangscale run", env=AWS_ENV if provider == "aws" else None)
+    drains.append(asyncio.create_task(drain(controller)))
+    return fake, controller
+
+
+async def run(prs: int, nodes: int, tmp: Path, provider: str = "simulated") -> dict[str, Any]:
+    kubeconfig, pools = tmp / "kubeconfig", tmp / "pools.yaml"
+    pools.write_text(AWS_POOLS if provider == "aws" else POOLS)
+    server, _ = await start("sim", "apiserver", "--port", "0", "--kubeconfig", str(kubeconfig),
+                            "--watch-window", str(10 * (prs + nodes)), ready=b"stop with Ctrl-C", env_note="apiserver")
     drains = [asyncio.create_task(drain(server))]
     http = await make_http(str(kubeconfig), user_agent="bench")
-    controller = None
+    controller = fake = None
     try:
         slots = asyncio.Semaphore(32)
 
@@ -118,11 +158,7 @@ async def run(prs: int, nodes: int, tmp: Path) -> dict[str, Any]:
 
         await asyncio.gather(*(post("/api/v1/nodes", cpu_node(i)) for i in range(nodes - prs)))
         await http.request("POST", "/api/v1/namespaces/default/podtemplates", body=TEMPLATE)
-        controller = await start("run", "--kubeconfig", str(kubeconfig), "--config", str(pools), "--provider",
-                                 "simulated", "--metrics-port",
-                                 "0", "--batch-idle", "0", "--log-level", "warning", "--log-format", "text",
-                                 ready=None, env_note="gangscale run")
-        drains.append(asyncio.create_task(drain(controller)))
+        fake, controller = await start_controller(provider, kubeconfig, pools, drains)
         done: set[str] = set()
         finished = asyncio.Event()
 
@@ -154,7 +190,7 @@ async def run(prs: int, nodes: int, tmp: Path) -> dict[str, Any]:
         watcher.cancel()
         await asyncio.gather(sampler, watcher, return_exceptions=True)
         listed = await http.request("GET", "/api/v1/nodes")
-        return {"prs": prs, "nodes": len(listed["items"]), "wall_s": round(wall, 1),
+        return {"provider": provider, "prs": prs, "nodes": len(listed["items"]), "wall_s": round(wall, 1),
                 "rss_mib": round(mem["VmRSS"], 1), "peak_rss_mib": round(mem["VmHWM"], 1),
                 "sampled_max_mib": round(max(samples, default=0.0), 1)}
     finally:
@@ -164,6 +200,8 @@ async def run(prs: int, nodes: int, tmp: Path) -> dict[str, Any]:
         await asyncio.gather(*drains, return_exceptions=True)
         if controller is not None:
             await stop(controller)
+        if fake is not None:
+            await stop(fake)
         await stop(server)
 
 
@@ -171,11 +209,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prs", type=int, default=2000)
     parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--provider", choices=("simulated", "aws"), default="simulated",
+                        help="aws: `gangscale run --provider aws` against `gangscale sim aws` in a process of its own")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        row = asyncio.run(run(args.prs, args.nodes, Path(tmp)))
-    print(f"gangscale run: {row['prs']} PRs, {row['nodes']} nodes, all provisioned after {row['wall_s']} s: "
+        row = asyncio.run(run(args.prs, args.nodes, Path(tmp), args.provider))
+    print(f"gangscale run --provider {row['provider']}: {row['prs']} PRs, {row['nodes']} nodes, all provisioned "
+          f"after {row['wall_s']} s: "
           f"RSS {row['rss_mib']} MiB, peak {row['peak_rss_mib']} MiB (sampled max {row['sampled_max_mib']} MiB)")
     if args.json:
         args.json.write_text(json.dumps(row, indent=2))
