@@ -24,6 +24,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gangscale.providers.aws.ec2model import use_trimmed_model
 from gangscale.providers.aws.fleet import instances_of
 from gangscale.providers.base import Fence, not_leader, unfenced
 
@@ -31,6 +32,8 @@ JSON = dict[str, Any]
 #: Per call. CreateFleet of type instant answers when the launch is decided, in seconds; a minute is ample.
 CONNECT_TIMEOUT, READ_TIMEOUT = 10.0, 60.0
 MUTATING = frozenset({"CreateFleet", "TerminateInstances"})
+#: Connections per client: the controller's provider calls at once (``Settings.concurrency``).
+MAX_CONNECTIONS = 32
 #: Values per DescribeInstances filter the provider sends at once: a conservative batch (EC2's limit on values per
 #: filter was not verified; 100 keeps each request small either way).
 FILTER_BATCH = 100
@@ -60,14 +63,19 @@ class Ec2:
         from aiobotocore.config import AioConfig  # noqa: PLC0415 (lazy: importing the provider stays cheap)
         from aiobotocore.session import get_session  # noqa: PLC0415
 
-        # total_max_attempts counts the first call too (botocore's max_attempts counts only the retries).
+        # total_max_attempts counts the first call too (botocore's max_attempts counts only the retries). The pool
+        # holds as many connections as the controller makes provider calls at once (Settings.concurrency), not
+        # aiobotocore's 10: CreateFleet answers take seconds on EC2, and ten would bound the scale-ups in flight.
         config = AioConfig(retries={"mode": "standard", "total_max_attempts": self.max_attempts},
-                           user_agent=self.user_agent, connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT)
+                           user_agent=self.user_agent, connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
+                           max_pool_connections=MAX_CONNECTIONS)
         keys: dict[str, str] = {}
         if self.credentials is not None:
             keys = {"aws_access_key_id": self.credentials[0], "aws_secret_access_key": self.credentials[1]}
-        context = get_session().create_client("ec2", region_name=self.region, endpoint_url=self.endpoint_url,
-                                              config=config, **keys)
+        session = get_session()
+        use_trimmed_model(session)  # 26 MiB less a region (ec2model)
+        context = session.create_client("ec2", region_name=self.region, endpoint_url=self.endpoint_url,
+                                        config=config, **keys)
         self._client = await self._stack.enter_async_context(context)
 
     async def aclose(self) -> None:
