@@ -81,6 +81,8 @@ _CHANGES = {"create", "update", "patch", "delete", "deletecollection"}
 
 #: The reason gangscale gives when a request's own new nodes are Ready (others: it fits on capacity that exists).
 NEW_NODES = "CapacityIsProvisioned"
+#: The revocation of a booking on free capacity that a restarted leader could not make again.
+BOOKING_LOST = "BookedCapacityLost"
 
 
 @dataclass
@@ -283,13 +285,16 @@ def named_nodes(message: str) -> set[str]:
 
 def at_the_end(requests: list[JSON], nodes: list[JSON], gangs_by_name: Mapping[str, Gang],
                claims: Mapping[str, str] | None = None, reclaimed: Collection[str] = (),
-               tokens: NodeTokens | None = None) -> list[str]:
+               tokens: NodeTokens | None = None, reclaimed_pools: Collection[str] = ()) -> list[str]:
     """Every live request ``Provisioned=True``; one provisioned with new nodes has them all Ready; each
     pool holds exactly the nodes its live requests need, all Ready (a node of a deleted request may serve a request
     that found it free; any more is capacity nobody needs, left after scale-down time). A node without a token
     label counts for the request whose recorded token has its claim (the requests' own records, and ``claims``:
     those the history saw); one the cloud recorded a token for (``tokens``, aws), for that token's request. A request
-    revoked for a node the cloud reclaimed (``reclaimed``) needs none."""
+    revoked for a node the cloud reclaimed (``reclaimed``: nodes, or the tokens that made them) needs none; so does one
+    booked on free capacity whose booking a restarted leader could not make again (``BookedCapacityLost``) in a pool
+    the cloud reclaimed nodes of (``reclaimed_pools``): nothing records which free nodes such a booking held, so its
+    revocation cannot name them (chaos seed 22011)."""
     problems: list[str] = []
     known = {**(claims or {}), **request_claims(requests)}
     by_uid: dict[str, list[JSON]] = {}
@@ -301,7 +306,8 @@ def at_the_end(requests: list[JSON], nodes: list[JSON], gangs_by_name: Mapping[s
         gang = gangs_by_name.get(name)
         if is_true(request, "CapacityRevoked"):
             revoked = condition(request, "CapacityRevoked") or {}
-            if named_nodes(str(revoked.get("message", ""))) & set(reclaimed):
+            if named_nodes(str(revoked.get("message", ""))) & set(reclaimed) or (
+                    revoked.get("reason") == BOOKING_LOST and gang is not None and gang.pool in reclaimed_pools):
                 continue  # the cloud took a node it was promised: revoking it is its outcome
             problems.append(f"{name} was revoked ({revoked.get('reason', '')}) for nodes the cloud did not reclaim: "
                             f"{revoked.get('message', '')}")

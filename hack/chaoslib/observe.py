@@ -180,6 +180,10 @@ class History:
         self.events.append(Seen(rv(obj), "lease", event.type, obj["metadata"]["name"], "", False,
                                 str((obj.get("spec") or {}).get("holderIdentity") or "")))
 
+    def reclaimed_pools(self) -> set[str]:
+        """The pools the cloud reclaimed nodes of during the run."""
+        return {e.detail for e in self.events if e.kind == "node" and e.reclaimed and e.detail}
+
     def reclaimed(self) -> set[str]:
         """The nodes the cloud reclaimed during the run, and the tokens that made them (where nodes carry them)."""
         return {e.name for e in self.events if e.kind == "node" and e.reclaimed} | self.reclaimed_tokens

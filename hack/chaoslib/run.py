@@ -154,7 +154,7 @@ class Run:
         if isinstance(self.cloud, AwsCloud):
             reclaimed |= self.cloud.reclaimed_tokens()
         problems = checks.at_the_end(requests, nodes, checks.by_name(self.plan.gangs()), self.history.claims,
-                                     reclaimed, self.history.tokens)
+                                     reclaimed, self.history.tokens, self.history.reclaimed_pools())
         names = [n["metadata"]["name"] for n in nodes]
         if isinstance(self.cloud, GkeCloud):
             problems += checks.cloud_at_the_end(*self.cloud.groups(), names)

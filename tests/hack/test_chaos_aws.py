@@ -30,6 +30,7 @@ from gangscale.model.nodepool import POOL_LABEL
 from gangscale.sim.aws import Exchange, FakeEc2
 from gangscale.sim.aws import model as ec2_model
 from gangscale.sim.aws.standalone import set_up
+from tests.conftest import Ec2Traffic
 
 JSON = dict[str, Any]
 R1, R2 = "gangscale/1.0 (r1)", "gangscale/1.0 (r2)"
@@ -127,7 +128,9 @@ async def test_cloud_faults_turn_the_fakes_knobs_and_all_are_undone_when_the_fau
 # --- traffic against botocore's model, and leadership -----------------------------------------------------------------
 
 
-async def test_traffic_is_judged_against_botocores_model_and_fails_on_a_seeded_wrong_member() -> None:
+async def test_traffic_is_judged_against_botocores_model_and_fails_on_a_seeded_wrong_member(
+        ec2_traffic: Ec2Traffic) -> None:
+    ec2_traffic.expect_problems = True  # the test's own seeded member: the harness's judge must find it, as below
     ec2, _ = fake()
     traffic = AwsTraffic()
     ec2.observers.append(traffic)
