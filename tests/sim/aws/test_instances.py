@@ -9,6 +9,7 @@ from botocore.exceptions import ClientError
 
 from gangscale.clock import ManualClock
 from gangscale.sim.aws import FakeEc2
+from gangscale.sim.aws.state import Subnet
 from tests.sim.aws.conftest import SUBNET, TEMPLATE, checked, fleet_request
 
 
@@ -116,3 +117,19 @@ async def test_the_other_reads(ec2: FakeEc2, client: Any) -> None:
     with pytest.raises(ClientError) as caught:
         await client.describe_launch_templates(LaunchTemplateNames=["nope"])
     assert caught.value.response["Error"]["Code"] == "InvalidLaunchTemplateName.NotFoundException"
+
+
+def test_a_released_address_is_handed_out_again_only_after_the_others() -> None:
+    """Chaos seed 23009: lowest-first gave a new instance the address (so the node name) of one terminated a moment
+    before, while its Node was still being deleted."""
+    subnet = Subnet("subnet-0a", "us-east-1a", "10.0.0.0/29")  # 8 addresses: .4, .5, .6 usable (AWS keeps 5)
+    first = subnet.allocate()
+    subnet.used.discard(first)
+    assert [subnet.allocate(), subnet.allocate()] == ["10.0.0.5", "10.0.0.6"]
+    assert subnet.allocate() == first == "10.0.0.4"  # round the range
+    try:
+        subnet.allocate()
+    except ValueError as exc:
+        assert "no free address" in str(exc)
+    else:
+        raise AssertionError("a full subnet handed out an address")
