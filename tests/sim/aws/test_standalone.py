@@ -62,3 +62,19 @@ async def test_serve_until_stopped(clock: ManualClock) -> None:
 
     assert await serve(pools(), None, clock=clock, ready=ready, stop=stop, heartbeats=False) == 0
     assert urls[0].startswith("http://127.0.0.1:")
+
+
+def test_the_readmes_example_pool_file_is_valid_and_faked_whole(clock: ManualClock) -> None:
+    """docs/examples/aws-pools.yaml, the README's local three-process run: valid, and every template, subnet and
+    capacity reservation it names is made."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from gangscale.config import load_pool_file  # noqa: PLC0415
+
+    example = Path(__file__).resolve().parents[3] / "docs" / "examples" / "aws-pools.yaml"
+    pools = load_pool_file(str(example)).pools
+    ec2 = FakeEc2(clock, None)
+    set_up(ec2, pools)
+    assert {str(pool.provider["aws"]["subnet"]) for pool in pools} <= set(ec2.state.subnets)
+    assert all(ec2.state.template(str(pool.provider["aws"]["launchTemplate"])) is not None for pool in pools)
+    assert "cr-0123456789abcdef0" in ec2.state.reservations
