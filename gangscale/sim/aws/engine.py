@@ -166,6 +166,11 @@ class Engine:
         machine = self.machines[instance.instance_type]
         self.actions.append(NodeAction(REGISTER, instance.private_dns, t,
                                        node_body(instance, machine, self.state.region, t)))
+        if instance.interrupt_at is not None:
+            # Noticed before its node joined: NTH (IMDS mode, a DaemonSet) starts on the node once it has joined and
+            # finds the notice pending in the instance metadata (``spot/instance-action``), so the taint follows the
+            # registration (chaos seed 24024: a node reclaimed untainted looked removed for no reason).
+            self.actions.append(NodeAction(TAINT, instance.private_dns, t))
 
     def _ready(self, instance: Instance, t: float) -> None:
         instance.ready_at = None

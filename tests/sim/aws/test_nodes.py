@@ -102,3 +102,23 @@ async def test_spot_reclaim_taints_then_terminates(kube_ec2: FakeEc2, http: Kube
         assert await node(http, name) is None
     others = set(answer["Instances"][0]["InstanceIds"]) - {reclaimed}
     assert [kube_ec2.instances[i].state for i in others] == ["running"]
+
+
+async def test_a_notice_given_before_the_node_joined_taints_it_when_it_joins(kube_ec2: FakeEc2, http: KubeHTTP,
+                                                                              clock: ManualClock) -> None:
+    """NTH runs on the node, so it sees a notice given while the instance booted once the node has joined (chaos
+    seed 24024: the node was otherwise removed untainted, as if for no reason)."""
+    kube_ec2.faults.register_seconds = 100
+    kube_ec2.faults.spot_notice_seconds = 300
+    async with client_for(kube_ec2) as client:
+        await client.create_fleet(**fleet_request(1, capacity="spot"))
+    await clock.advance(60)
+    await kube_ec2.settle()
+    [reclaimed] = kube_ec2.reclaim(1)
+    name = kube_ec2.instances[reclaimed].private_dns
+    assert await node(http, name) is None
+    await clock.advance(100)
+    await kube_ec2.settle()
+    body = await node(http, name)
+    assert body is not None and body["spec"]["unschedulable"] is True
+    assert any(t["key"] == "aws-node-termination-handler/spot-itn" for t in body["spec"]["taints"])
