@@ -127,8 +127,10 @@ class _Replay:
     def revoke(self, uid: str, message: str, held: Iterable[Held]) -> None:
         """A revocation: the reclaimed nodes it names are owed no more. Naming a node that seemed spare at its
         notice, by a request promised then, it shows that the request had booked it: the shortfalls it covers are
-        excused."""
-        for name in named_nodes(message):
+        excused. The request's own reclaimed nodes count as named: a restarted leader that finds none of a token's units
+        left names the token, not the nodes it never saw (chaos seed 24028)."""
+        own = {name for name, (owner, _) in self.reclaimed.items() if owner == uid}
+        for name in named_nodes(message) | own:
             self.owed.pop(name, None)
             if uid in self.maybe_owed.pop(name, ()):
                 for shortfall in held:

@@ -533,3 +533,14 @@ def test_a_booking_on_free_capacity_lost_after_a_restart_is_excused_only_where_t
     assert (problems == []) is excused
     if not excused:
         assert problems[0].startswith("gang-a was revoked (BookedCapacityLost) for nodes the cloud did not reclaim")
+
+
+def test_a_revocation_naming_only_the_token_pays_for_the_requests_own_reclaimed_node() -> None:
+    """Chaos seed 24028: gang-a's own n2 was reclaimed while a spare n3 stood in the pool; n3 was removed, then a
+    restarted leader revoked gang-a naming its token (it never saw n2)."""
+    events = Events().node("n1", A, ready=True).node("n2", A, ready=True).node("n3", C, ready=True) \
+        .provisioned(A, NEW_NODES).reclaimed("n2", A, ready=True).reclaimed("n2", A, ready=False) \
+        .node("n3", C, ready=True, etype="DELETED")
+    assert during_run(events.history, GANGS) != []
+    events.revoked(A, "the provider has no units under token tok-a")
+    assert during_run(events.history, GANGS) == []
