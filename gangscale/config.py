@@ -76,6 +76,7 @@ from gangscale.model.tiers import (
     TierPolicy,
     check_order,
 )
+from gangscale.yamlread import load_yaml, yaml_problem
 
 #: GKE labels every node with its node pool's name; gangscale's pools on GCE machine types mirror it.
 GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
@@ -121,10 +122,10 @@ def load_pool_file(path: str | os.PathLike[str]) -> PoolFile:
 
 def parse_pool_yaml(text: str, source: str = "<config>") -> PoolFile:
     try:
-        data, duplicates = _load_yaml(text)
+        data, duplicates = load_yaml(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(source, [_yaml_problem(exc)]) from None
-    problems = [duplicate.problem(data) for duplicate in duplicates]
+        raise ConfigError(source, [yaml_problem(exc)]) from None
+    problems = [duplicate.problem(_data_path(duplicate.loc, data)) for duplicate in duplicates]
     try:
         pool_file = parse_pool_file(data, source)
     except ConfigError as exc:
@@ -133,77 +134,6 @@ def parse_pool_yaml(text: str, source: str = "<config>") -> PoolFile:
     if problems:
         raise ConfigError(source, problems)
     return pool_file
-
-
-@dataclass(frozen=True, slots=True)
-class _DuplicateKey:
-    """A key written twice in one YAML mapping; ``loc`` is the repeated key's path in the loaded data."""
-
-    loc: tuple[int | str, ...]
-    line: int
-    first_line: int
-    first_value: str
-    value: str
-
-    def problem(self, data: object) -> str:
-        key = self.loc[-1]
-        return (f"{_data_path(self.loc, data)}: line {self.line}: key \"{key}\" already set in map at line "
-                f"{self.first_line}; got {self.first_value}, then {self.value}")
-
-
-def _load_yaml(text: str) -> tuple[object, list[_DuplicateKey]]:
-    """``yaml.safe_load``, and every key repeated within one mapping (which ``safe_load`` silently drops).
-
-    The node tree is searched before it is constructed: constructing applies merge keys (``<<: *base``) in
-    place, after which a key that legitimately overrides a merged one would look repeated.
-    """
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, []
-        duplicates = _duplicate_keys(loader, node, (), set())
-        return loader.construct_document(node), duplicates
-    finally:
-        loader.dispose()
-
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-_VALUE_TAG = "tag:yaml.org,2002:value"  # a plain "=" key; the constructor only reads it as a string later
-
-
-def _duplicate_keys(loader: yaml.SafeLoader, node: yaml.Node, loc: tuple[int | str, ...],
-                    walked: set[int]) -> list[_DuplicateKey]:
-    if id(node) in walked:
-        return []  # an alias of a node already searched (or of one that contains it)
-    walked.add(id(node))
-    found: list[_DuplicateKey] = []
-    if isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            found += _duplicate_keys(loader, item, (*loc, index), walked)
-    elif isinstance(node, yaml.MappingNode):
-        first: dict[object, tuple[yaml.Node, yaml.Node]] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == _MERGE_TAG:
-                continue  # merge keys may repeat; a complex key is refused by the constructor anyway
-            # Constructed, so that YAML 1.1 spellings of one key (yes/true, 0x1/1) count as the same key.
-            key = key_node.value if key_node.tag == _VALUE_TAG else loader.construct_object(key_node)
-            if key in first:
-                first_key, first_value = first[key]
-                found.append(_DuplicateKey((*loc, str(key)), key_node.start_mark.line + 1,
-                                           first_key.start_mark.line + 1, _yaml_text(first_value),
-                                           _yaml_text(value_node)))
-            else:
-                first[key] = (key_node, value_node)
-            found += _duplicate_keys(loader, value_node, (*loc, str(key)), walked)
-    return found
-
-
-def _yaml_text(node: yaml.Node) -> str:
-    if isinstance(node, yaml.ScalarNode):
-        # A plain scalar as written; a quoted or block one (which may hold a newline) as a Python literal.
-        return str(node.value) if node.style is None else repr(node.value)
-    return "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
 
 
 def _data_path(loc: tuple[int | str, ...], data: object) -> str:
@@ -608,14 +538,6 @@ def _pool_where(index: int, raw: object) -> str:
         return f"nodePools[{index}]"
     # A name with a newline in it (refused, but named in the problem) must not break the problem's one line.
     return f"nodePools[{index}] ({name if name.isprintable() else repr(name)})"
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        detail = ", ".join(part for part in (exc.context, exc.problem) if part)
-        return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {detail}"
-    return f"invalid YAML: {exc}"
 
 
 def _kind(data: object) -> str:
