@@ -152,7 +152,8 @@ class Engine:
                 self.state.stock[key] = stock + 1
         if instance.registered:
             instance.registered = False
-            self.actions.append(NodeAction(DELETE, instance.private_dns, t))
+            self.actions.append(NodeAction(DELETE, instance.private_dns, t,
+                                           {"spec": {"providerID": f"aws:///{instance.zone}/{instance.id}"}}))
         self.forget_at[instance.id] = t + self.faults.terminated_visible_seconds
 
     def _forget(self, instance_id: str, t: float) -> None:

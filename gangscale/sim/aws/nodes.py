@@ -149,9 +149,24 @@ def node_body(instance: Instance, machine: MachineType, region: str, now: float)
 
 
 class Ec2NodeWorker(NodeWorker):
-    """The fake GCP's kubelet worker, plus Node Termination Handler's taint-and-cordon (``TAINT`` actions)."""
+    """The fake GCP's kubelet worker, plus Node Termination Handler's taint-and-cordon (``TAINT`` actions). A Node is
+    deleted only while it is still the terminated instance's (its ``providerID``): the cloud node lifecycle
+    controller removes the Node of an instance that no longer exists, and a new instance may by then have
+    registered under the same name (private addresses are reused)."""
+
+    async def _still_of(self, action: NodeAction) -> bool:
+        assert self.kube is not None and action.body is not None
+        try:
+            node = await self.kube.request("GET", f"{NODES_PATH}/{action.name}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return bool((node.get("spec") or {}).get("providerID") == action.body["spec"]["providerID"])
 
     async def _apply(self, action: NodeAction) -> None:
+        if action.kind == DELETE and action.body is not None and not await self._still_of(action):
+            return
         if action.kind != TAINT:
             await super()._apply(action)
             return
