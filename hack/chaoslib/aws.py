@@ -171,6 +171,11 @@ class AwsCloud:
         instances = self.ec2.instances
         return {instances[i].tags.get(TOKEN_TAG, "") for i in self.reclaimed_ids if i in instances} - {""}
 
+    def reclaimed_units(self) -> set[str]:
+        """The tokens and the instance ids (the units) the cloud reclaimed: a restarted leader that finds a unit
+        incomplete names the unit, the instance id (seed 25032)."""
+        return self.reclaimed_tokens() | set(self.reclaimed_ids)
+
     # --- faults -------------------------------------------------------------------------------------------------
 
     def apply(self, action: Action) -> None:

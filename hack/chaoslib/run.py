@@ -152,7 +152,7 @@ class Run:
         nodes = (await self.http.request("GET", NODES.path()))["items"]
         reclaimed = self.history.reclaimed()
         if isinstance(self.cloud, AwsCloud):
-            reclaimed |= self.cloud.reclaimed_tokens()
+            reclaimed |= self.cloud.reclaimed_units()
         problems = checks.at_the_end(requests, nodes, checks.by_name(self.plan.gangs()), self.history.claims,
                                      reclaimed, self.history.tokens, self.history.reclaimed_pools())
         names = [n["metadata"]["name"] for n in nodes]

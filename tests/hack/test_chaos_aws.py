@@ -248,3 +248,20 @@ def test_a_revocation_naming_a_reclaimed_token_is_excused(tmp_path: Path) -> Non
     assert at_the_end([request], [], gangs, reclaimed=cloud.reclaimed_tokens()) == []
     assert at_the_end([request], [], gangs)[0].startswith("gang-a was revoked (BookedNodeRemoved) for nodes the cloud "
                                                           "did not reclaim")
+
+
+def test_a_revocation_naming_a_reclaimed_unit_is_excused(tmp_path: Path) -> None:
+    """Seed 25032: a restarted leader found one unit of four incomplete (its instance reclaimed) and named the unit,
+    the instance id."""
+    ec2, text = fake()
+    cloud = AwsCloud(ec2, text, AwsTraffic(), tmp_path)
+    ec2.instances["i-1"] = instance("i-1", "terminated")  # type: ignore[assignment]
+    cloud.reclaimed_ids.add("i-1")
+    message = "after a restart the provider no longer has every unit of this scale-up whole (tpu: 1 of 4 units are " \
+              "not whole (i-1)): the booked capacity is gone"
+    request = {"metadata": {"name": "gang-a", "uid": A}, "status": {"conditions": [
+        {"type": "Provisioned", "status": "True", "reason": "CapacityIsProvisioned"},
+        {"type": "CapacityRevoked", "status": "True", "reason": "BookedNodeRemoved", "message": message}]}}
+    gangs = {"gang-a": Gang("gang-a", "gpu", 1)}
+    assert at_the_end([request], [], gangs, reclaimed=cloud.reclaimed_units()) == []
+    assert at_the_end([request], [], gangs, reclaimed=cloud.reclaimed_tokens()) != []
