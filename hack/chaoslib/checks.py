@@ -81,8 +81,9 @@ _CHANGES = {"create", "update", "patch", "delete", "deletecollection"}
 
 #: The reason gangscale gives when a request's own new nodes are Ready (others: it fits on capacity that exists).
 NEW_NODES = "CapacityIsProvisioned"
-#: The revocation of a booking on free capacity that a restarted leader could not make again.
+#: The revocation of a booking on free capacity that a restarted leader could not make again, and its message.
 BOOKING_LOST = "BookedCapacityLost"
+FREE_BOOKING_LOST = "after a restart its booking on free capacity could not be made again"
 
 
 @dataclass
@@ -132,7 +133,13 @@ class _Replay:
         notice, by a request promised then, it shows that the request had booked it: the shortfalls it covers are
         excused. The request's own reclaimed nodes count as named: a restarted leader that finds none of a token's units
         left names the token, not the nodes it never saw (chaos seed 24028)."""
+        held = list(held)  # read once a name: a generator would be spent after the first
         own = {name for name, (owner, _) in self.reclaimed.items() if owner == uid}
+        if message.startswith(FREE_BOOKING_LOST):
+            # A booking on free capacity a restarted leader could not make again names no node (nothing records
+            # which free nodes it held): the reclaimed nodes it was promised at their notice count as named (chaos
+            # seed 26098).
+            own |= {name for name, uids in self.maybe_owed.items() if uid in uids}
         for name in named_nodes(message) | own:
             self.owed.pop(name, None)
             if uid in self.maybe_owed.pop(name, ()):

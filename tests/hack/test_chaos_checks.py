@@ -561,3 +561,15 @@ def test_a_requests_own_reclaimed_node_is_owed_to_it_even_with_a_spare_in_the_po
         .node("n2", A, ready=True, etype="DELETED")
     assert during_run(other.history, GANGS) != []
 
+
+
+def test_a_free_capacity_booking_lost_after_a_restart_pays_for_the_reclaimed_nodes_it_was_promised() -> None:
+    """Chaos seed 26098: gang-a found n2 and n3 free; both were reclaimed while a spare n4 stood; n4 was removed; a
+    restarted leader revoked gang-a's booking as lost, naming no node (it cannot know which free nodes it held)."""
+    events = Events().node("n2", C, ready=True).node("n3", C, ready=True).node("n4", C, ready=True) \
+        .provisioned(A, FOUND).reclaimed("n2", C, ready=True).reclaimed("n3", C, ready=True) \
+        .reclaimed("n2", C, ready=False, etype="DELETED").reclaimed("n3", C, ready=False, etype="DELETED") \
+        .node("n4", C, ready=True, etype="DELETED")
+    assert during_run(events.history, GANGS) != []
+    events.revoked(A, "after a restart its booking on free capacity could not be made again: cannot place every pod")
+    assert during_run(events.history, GANGS) == []
