@@ -10,10 +10,10 @@ controller's callback (``set_reclassify``) with the names that turned out to be 
 those nodes again. An answer "an instance that is not ours" is kept for good (tags are set at launch); "no instance
 has this name" is kept for ``absent_ttl`` seconds (bounded in number) and then asked again.
 
-Private IP addresses, hence names, are reused: when an instance of ours is terminated (by a release, or seen
-terminated in an answer) its name is forgotten, so that a later instance with the same address is not taken for it;
-and a name recorded for one instance and then seen for another of ours (a foreign instance's address reused) is told
-to the controller like a name newly found.
+Private IP addresses, hence names, are reused: when an instance of ours is released, or seen shutting down or
+terminated, its name is kept marked gone for ``gone_ttl`` seconds (its Node is still there meanwhile, a unit of ours
+being released) and then asked about again; and a name recorded for one instance and then seen for another (an
+address reused) is told to the controller like a name newly found.
 
 EKS names a node by its instance's private DNS name, ``ip-…`` or, in a subnet with resource-based naming, the
 instance id form (``i-09e0ab41a603abb0d.us-east-2.compute.internal``, as aws-ia/terraform-aws-eks-blueprints#1455
@@ -26,7 +26,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gangscale.aio import cancel_and_wait
@@ -48,16 +48,19 @@ class Known:
     #: The token that launched it; None for an instance gangscale did not launch.
     token: str | None
     pool: str | None
+    #: When it was seen shutting down or terminated, or released (clock time); None while it lives.
+    gone: float | None = None
 
 
 class NodeNames:
     def __init__(self, clock: Clock, describe: Describe, *, batch: int = 100, absent_ttl: float = 60.0,
-                 absent_max: int = 10_000) -> None:
+                 absent_max: int = 10_000, gone_ttl: float = 120.0) -> None:
         self.clock = clock
         self.describe = describe
         self.batch = batch
         self.absent_ttl = absent_ttl
         self.absent_max = absent_max
+        self.gone_ttl = gone_ttl
         self.known: dict[str, Known] = {}
         self._absent: OrderedDict[str, float] = OrderedDict()
         #: Names to ask about, with the region to ask in (insertion order: first asked, first answered).
@@ -75,8 +78,10 @@ class NodeNames:
         """What is recorded of ``name``; None when nothing is (then it is asked about in the background, unless
         EC2 said recently that no instance has it)."""
         known = self.known.get(name)
-        if known is not None:
+        if known is not None and (known.gone is None or self.clock.now() < known.gone + self.gone_ttl):
             return known
+        if known is not None:
+            del self.known[name]  # gone long enough: a Node of this name now is another instance's
         when = self._absent.get(name)
         if when is not None and self.clock.now() < when + self.absent_ttl:
             return None
@@ -105,16 +110,24 @@ class NodeNames:
             self._absent.pop(name, None)
             # Heard of: a name answered "not known", and a name recorded for another instance before (private
             # addresses are reused: a foreign instance's name kept for good may come back as one of ours).
-            told = name in self._unresolved or (before is not None and before != known)
+            told = name in self._unresolved or (before is not None and before.instance_id != known.instance_id)
             self._unresolved.discard(name)
-            if told and known.token is not None:
+            if told and (known.token is not None or (before is not None and before.token is not None)):
                 changed.append(name)
         if changed and self._reclassify is not None:
             self._reclassify(changed)
 
     def forget(self, instance_ids: Collection[str]) -> None:
-        for name in [n for n, known in self.known.items() if known.instance_id in instance_ids]:
-            del self.known[name]
+        """These instances are going or gone (released, or seen shutting down or terminated). Their names are kept,
+        marked gone, for ``gone_ttl`` seconds: their Nodes outlive the call (EC2 shuts an instance down, then the
+        cloud controller deletes its Node), and while they are there they are units of ours being released, not
+        free nodes (chaos seed 27056: forgotten at once, a released scale-up's still Ready nodes were planned as
+        free capacity, booked, and gone a moment later). After that the name is asked about again, as addresses
+        are reused."""
+        now = self.clock.now()
+        for name, known in list(self.known.items()):
+            if known.instance_id in instance_ids and known.gone is None:
+                self.known[name] = replace(known, gone=now)
 
     def start(self) -> None:
         if self._task is None:
