@@ -339,6 +339,22 @@ def test_intent_conflict_retries_soon_without_a_provider_call() -> None:
     assert t.core.ledger.in_progress_claims() == set()
 
 
+def test_deleted_while_its_intent_write_failed_leaves_nothing_indexed() -> None:
+    """Chaos seed 27070: the intent write was refused (429) and the request deleted meanwhile; the retry time set on
+    the forgotten state indexed it again, and every later pass failed on the missing state."""
+    t = Table()
+    t.request("ns/a", pods=1, cpu="12")
+    t.run()
+    record = t.st("ns/a").record
+    assert record is not None
+    t.core.forget("ns/a", "deleted")
+    t.answer("scale-up ns/a", ScaledUp("ns/a", record, intent_error=ApiError(429, "TooManyRequests", "slow down")))
+    t.run(1)
+    assert "ns/a" not in t.core.index.retrying
+    t.request("ns/b", pods=1, cpu="12")
+    assert "scale-up ns/b" in t.run(2 + WRITE_RETRY)  # passes still run whole
+
+
 def test_lost_lease_keeps_the_record_for_the_next_leader() -> None:
     t = Table()
     t.request("ns/a", pods=1, cpu="12")
